@@ -1,0 +1,69 @@
+"""Ray EPP's scheduling framework in plain Python (no Ray): GIE / llm-d multi-cycle scheduling.
+
+from scheduler import load_config, Scheduler, Endpoint, Metrics, LLMRequest, SchedulingError
+sched = Scheduler.from_config(load_config(yaml_text))
+result = sched.schedule(request, endpoints)
+"""
+
+from scheduler.config import EndpointPickerConfig, build_plugins, dump_config, load_config, load_config_file
+from scheduler.cycle_state import CycleState
+from scheduler.errors import ConfigError, ErrorCode, SchedulingError
+from scheduler.interfaces import (
+    Filter,
+    Parameters,
+    Picker,
+    Plugin,
+    PreRequest,
+    ProfileHandler,
+    Scorer,
+    ScorerCategory,
+)
+from scheduler.loop import schedule_cycles
+from scheduler.profile import SchedulerProfile, WeightedScorer
+from scheduler.registry import plugin_class, plugin_types, register
+from scheduler.scheduler import Scheduler, run_profile
+from scheduler.trace import ProfileTrace, SchedulingTrace
+from scheduler.types import (
+    Endpoint,
+    LLMRequest,
+    Metrics,
+    ProfileRunResult,
+    SchedulingResult,
+    ScoredEndpoint,
+)
+
+__all__ = [
+    "ConfigError",
+    "CycleState",
+    "Endpoint",
+    "EndpointPickerConfig",
+    "ErrorCode",
+    "Filter",
+    "LLMRequest",
+    "Metrics",
+    "Parameters",
+    "Picker",
+    "Plugin",
+    "PreRequest",
+    "ProfileHandler",
+    "ProfileRunResult",
+    "ProfileTrace",
+    "Scheduler",
+    "SchedulerProfile",
+    "SchedulingError",
+    "SchedulingResult",
+    "SchedulingTrace",
+    "ScoredEndpoint",
+    "Scorer",
+    "ScorerCategory",
+    "WeightedScorer",
+    "build_plugins",
+    "dump_config",
+    "load_config",
+    "load_config_file",
+    "plugin_class",
+    "plugin_types",
+    "register",
+    "run_profile",
+    "schedule_cycles",
+]

@@ -1,0 +1,24 @@
+"""GIE's EndpointPickerConfig: parsing, validation, defaults, and building the plugins."""
+
+from scheduler.config.build import BuiltScheduler, build_plugins
+from scheduler.config.loader import dump_config, load_config, load_config_file
+from scheduler.config.models import (
+    API_VERSIONS,
+    EndpointPickerConfig,
+    PluginSpec,
+    ProfilePluginRef,
+    SchedulingProfileSpec,
+)
+
+__all__ = [
+    "API_VERSIONS",
+    "BuiltScheduler",
+    "EndpointPickerConfig",
+    "PluginSpec",
+    "ProfilePluginRef",
+    "SchedulingProfileSpec",
+    "build_plugins",
+    "dump_config",
+    "load_config",
+    "load_config_file",
+]

@@ -1,0 +1,80 @@
+"""Instantiate a loaded config's plugins and assemble its profiles and handler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from scheduler.config.models import EndpointPickerConfig
+from scheduler.errors import ConfigError
+from scheduler.interfaces import Filter, Picker, Plugin, ProfileHandler, Scorer
+from scheduler.profile import SchedulerProfile, WeightedScorer
+from scheduler.registry import PluginHandle, plugin_class
+
+
+@dataclass(slots=True)
+class BuiltScheduler:
+    handler: ProfileHandler
+    profiles: dict[str, SchedulerProfile]
+    plugins: dict[str, Plugin]
+
+
+def build_plugins(cfg: EndpointPickerConfig, only_profiles: list[str] | None = None) -> BuiltScheduler:
+    """Fresh plugin instances for `cfg` (already through `load_config`).
+
+    A plugin referenced by several profiles is one instance, as in GIE. `only_profiles` builds
+    just those profiles (a profile actor owns one)."""
+    specs = {spec.name: spec for spec in cfg.plugins}
+    built: dict[str, Plugin] = {}
+    building: list[str] = []
+    errors: list[str] = []
+
+    def resolve(name: str) -> Plugin:
+        if name in built:
+            return built[name]
+        spec = specs.get(name)
+        if spec is None:
+            raise KeyError(f"no plugin named {name!r} in 'plugins'")
+        if name in building:
+            raise ValueError(f"plugins refer to each other in a cycle: {' -> '.join([*building, name])}")
+        cls = plugin_class(spec.type)
+        assert cls is not None  # checked by load_config
+        building.append(name)
+        try:
+            params = cls.Parameters.model_validate(spec.parameters or {})
+            built[name] = cls(name=name, params=params, handle=handle)
+        finally:
+            building.pop()
+        return built[name]
+
+    handle = PluginHandle(resolve, list(specs))
+    for name, spec in specs.items():
+        try:
+            resolve(name)
+        except (KeyError, ValueError, TypeError, ValidationError) as err:
+            msg = err.args[0] if isinstance(err, KeyError) else str(err)
+            errors.append(f"plugin {name!r} (type {spec.type}): {msg}")
+    if errors:
+        raise ConfigError(errors)
+
+    profiles: dict[str, SchedulerProfile] = {}
+    for spec in cfg.scheduling_profiles:
+        if only_profiles is not None and spec.name not in only_profiles:
+            continue
+        profile = SchedulerProfile(spec.name)
+        for ref in spec.plugins:
+            plugin = built[ref.plugin_ref]
+            if isinstance(plugin, Filter):
+                profile.filters.append(plugin)
+            if isinstance(plugin, Scorer):
+                profile.scorers.append(WeightedScorer(plugin, ref.weight if ref.weight is not None else 1.0))
+            if isinstance(plugin, Picker):
+                profile.picker = plugin
+        profiles[spec.name] = profile
+
+    handler = next(p for p in built.values() if isinstance(p, ProfileHandler))
+    problems = handler.validate_profiles([p.name for p in cfg.scheduling_profiles])
+    if problems:
+        raise ConfigError([f"plugin {handler.name!r} (type {handler.type_name}): {p}" for p in problems])
+    return BuiltScheduler(handler, profiles, built)

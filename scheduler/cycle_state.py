@@ -1,0 +1,67 @@
+"""Per-request scratch space shared by the plugins of one scheduling request (GIE's CycleState)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.errors import ErrorCode, SchedulingError
+
+# Where a filter that removes every endpoint on purpose (e.g. a drop for sheddable requests) puts
+# the SchedulingError that explains it; the profile raises it instead of "no endpoints available".
+FILTER_FAILURE_KEY = "scheduler/filter-failure"
+
+
+def profile_error_key(profile_name: str) -> str:
+    """Where the loop keeps why a profile failed, for the profile handler to read."""
+    return f"scheduler/profile-error/{profile_name}"
+
+
+class CycleState:
+    """Key-value data plugins write during a request's cycles.
+
+    In the Ray path a profile runs in another process on a copy, so what a profile must tell the
+    handler or another profile travels on its result's target endpoints, not here."""
+
+    __slots__ = ("_data", "_endpoint_attributes")
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+        self._endpoint_attributes: dict[str, dict[str, Any]] = {}
+
+    def set_endpoint_attribute(self, endpoint_name: str, key: str, value: Any) -> None:
+        """Attach request-scoped data to an endpoint; the profile copies it onto its chosen targets."""
+        attrs = self._endpoint_attributes.get(endpoint_name)
+        if attrs is None:
+            attrs = self._endpoint_attributes[endpoint_name] = {}
+        attrs[key] = value
+
+    def endpoint_attributes(self, endpoint_name: str) -> dict[str, Any]:
+        return self._endpoint_attributes.get(endpoint_name, {})
+
+    def read(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def write(self, key: str, value: Any) -> None:
+        self._data[key] = value
+
+    def delete(self, key: str) -> None:
+        self._data.pop(key, None)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._data
+
+    def __getstate__(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        return self._data, self._endpoint_attributes
+
+    def __setstate__(self, state: tuple[dict[str, Any], dict[str, dict[str, Any]]]) -> None:
+        self._data, self._endpoint_attributes = state
+
+
+def profile_failure(cycle_state: CycleState, name: str) -> SchedulingError:
+    """The error a failed profile fails the request with: the filter's own code when it gave one
+    (e.g. ResourceExhausted for a drop), else ResourceExhausted as GIE's director answers."""
+    cause = cycle_state.read(profile_error_key(name))
+    if isinstance(cause, SchedulingError) and cause.code is not ErrorCode.INTERNAL:
+        return cause
+    detail = f": {cause.message}" if isinstance(cause, SchedulingError) else ""
+    return SchedulingError(ErrorCode.RESOURCE_EXHAUSTED, f"failed to run scheduler profile '{name}'{detail}")

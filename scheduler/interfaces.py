@@ -1,0 +1,124 @@
+"""The extension points of the scheduling framework, in one place (GIE's framework/interface).
+
+A plugin is a class with a registered `type_name` and a pydantic `Parameters` model; the loader
+builds it from config. A plugin may fill several roles (e.g. a scorer that is also a PreRequest
+hook). Filters, scorers and pickers return no error (seed 003): a filter that removes every
+endpoint is how a profile fails."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from scheduler.cycle_state import CycleState
+from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult, ScoredEndpoint
+
+if TYPE_CHECKING:
+    from scheduler.registry import PluginHandle
+
+
+class Parameters(BaseModel):
+    """Base of every plugin's parameters: GIE's camelCase names, unknown fields rejected."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class NoParameters(Parameters):
+    pass
+
+
+class Plugin:
+    """Base of all plugins. `name` is the instance name from config (defaults to the type)."""
+
+    type_name: ClassVar[str] = ""
+    Parameters: ClassVar[type[Parameters]] = NoParameters
+
+    def __init__(self, name: str | None = None, params: Any = None, handle: PluginHandle | None = None) -> None:
+        self.name = name or self.type_name
+        self.params = params if params is not None else self.Parameters()
+        self.setup(handle)
+
+    def setup(self, handle: PluginHandle | None) -> None:
+        """Hook for plugins that derive state from their parameters or look up other plugins."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class Filter(Plugin):
+    def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
+        raise NotImplementedError
+
+
+class ScorerCategory(StrEnum):
+    """What a scorer pulls towards: GIE's three categories."""
+
+    AFFINITY = "Affinity"  # towards endpoints that hold something for this request (cache, adapter)
+    DISTRIBUTION = "Distribution"  # spread load evenly
+    BALANCE = "Balance"  # a mix of both
+
+
+class Scorer(Plugin):
+    category: ClassVar[ScorerCategory] = ScorerCategory.DISTRIBUTION
+
+    def score(
+        self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
+    ) -> Mapping[Endpoint, float]:
+        """A score per endpoint, ideally in [0, 1]; the profile clamps it. Missing endpoints score 0."""
+        raise NotImplementedError
+
+
+class Picker(Plugin):
+    def pick(self, cycle_state: CycleState, scored: list[ScoredEndpoint]) -> ProfileRunResult:
+        raise NotImplementedError
+
+
+class ProfileHandler(Plugin):
+    """Decides which profiles run in each round and joins their results (seeds 000 and 003).
+
+    `profiles` maps names to profile handles that are opaque to the handler: in-process they are
+    `SchedulerProfile`s, in the Ray path references to profile actors."""
+
+    def validate_profiles(self, profile_names: list[str]) -> list[str]:
+        """Errors when the configured profiles do not fit this handler (checked at load time)."""
+        return []
+
+    def pick(
+        self,
+        cycle_state: CycleState,
+        request: LLMRequest,
+        profiles: Mapping[str, Any],
+        results: Mapping[str, ProfileRunResult | None],
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def process_results(
+        self, cycle_state: CycleState, request: LLMRequest, results: Mapping[str, ProfileRunResult | None]
+    ) -> SchedulingResult:
+        """The final result, or raise SchedulingError when the request must fail."""
+        raise NotImplementedError
+
+
+class PreRequest(Plugin):
+    """Runs after the decision, before the request is sent (GIE's PreRequest): stateful plugins
+    learn where the request went. Every plugin instance that has it is told every decision."""
+
+    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
+        raise NotImplementedError
+
+
+class PluginTimer(Protocol):
+    """Receives how long each plugin call took (for `…_plugin_duration_seconds`)."""
+
+    def __call__(self, extension_point: str, plugin: Plugin, seconds: float) -> None: ...
+
+
+ROLES: tuple[type[Plugin], ...] = (Filter, Scorer, Picker, ProfileHandler, PreRequest)
+
+
+def roles_of(plugin: Plugin | type[Plugin]) -> list[str]:
+    cls = plugin if isinstance(plugin, type) else type(plugin)
+    return [role.__name__ for role in ROLES if issubclass(cls, role)]

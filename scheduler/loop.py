@@ -1,0 +1,87 @@
+"""The multi-cycle scheduling loop (seeds 000 and 003), written once for both execution paths.
+
+`schedule_cycles` is a coroutine that takes a pluggable "run these profiles" step. In-process the
+step runs the profiles in turn and never suspends, so `run_sync` drives the coroutine to its end
+without an event loop; the Ray gateway awaits the same coroutine with a step that runs the
+profiles of a round concurrently in profile actors."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Coroutine, Mapping
+from typing import Any, Protocol, TypeVar
+
+from scheduler.cycle_state import CycleState
+from scheduler.errors import ErrorCode, SchedulingError
+from scheduler.interfaces import PluginTimer, ProfileHandler
+from scheduler.trace import SchedulingTrace
+from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult
+
+# A handler that keeps picking profiles is a bug; fail the request rather than spin.
+MAX_ROUNDS = 16
+
+T = TypeVar("T")
+
+
+class ProfileRunner(Protocol):
+    """Runs the profiles picked in one round; a profile that fails maps to None."""
+
+    def __call__(
+        self,
+        names: list[str],
+        request: LLMRequest,
+        cycle_state: CycleState,
+        endpoints: list[Endpoint] | None,
+        trace: SchedulingTrace | None,
+    ) -> Awaitable[dict[str, ProfileRunResult | None]]: ...
+
+
+async def schedule_cycles(
+    handler: ProfileHandler,
+    profiles: Mapping[str, Any],
+    run_profiles: ProfileRunner,
+    request: LLMRequest,
+    endpoints: list[Endpoint] | None,
+    cycle_state: CycleState | None = None,
+    trace: SchedulingTrace | None = None,
+    timer: PluginTimer | None = None,
+) -> SchedulingResult:
+    cycle_state = cycle_state if cycle_state is not None else CycleState()
+    results: dict[str, ProfileRunResult | None] = {}
+    for _ in range(MAX_ROUNDS):
+        start = time.perf_counter()
+        picked = handler.pick(cycle_state, request, profiles, results)
+        if timer is not None:
+            timer("ProfilePicker", handler, time.perf_counter() - start)
+        if not picked:
+            break
+        unknown = [name for name in picked if name not in profiles]
+        if unknown:
+            raise SchedulingError(ErrorCode.INTERNAL, f"profile handler picked unknown profiles {unknown}")
+        names = list(picked)
+        if trace is not None:
+            trace.rounds.append(names)
+        results.update(await run_profiles(names, request, cycle_state, endpoints, trace))
+    else:
+        raise SchedulingError(
+            ErrorCode.INTERNAL, f"profile handler {handler.name!r} still picked profiles after {MAX_ROUNDS} rounds"
+        )
+    if not results:
+        raise SchedulingError(
+            ErrorCode.INTERNAL, f"failed to run any scheduler profile for request {request.request_id}"
+        )
+    start = time.perf_counter()
+    result = handler.process_results(cycle_state, request, results)
+    if timer is not None:
+        timer("ProcessProfilesResults", handler, time.perf_counter() - start)
+    return result
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Drive a coroutine that never suspends (the in-process path) to its result."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("run_sync: the coroutine suspended; use an event loop for runners that await")

@@ -1,0 +1,9 @@
+"""Built-in plugins, one per file; importing this package registers them all by type name."""
+
+import importlib
+import pkgutil
+
+for _kind in ("filters", "scorers", "pickers", "handlers"):
+    _package = importlib.import_module(f"{__name__}.{_kind}")
+    for _module in pkgutil.iter_modules(_package.__path__):
+        importlib.import_module(f"{_package.__name__}.{_module.name}")

@@ -1,0 +1,1 @@
+"""Built-in filter plugins, one per module."""

@@ -1,0 +1,1 @@
+"""Built-in handler plugins, one per module."""

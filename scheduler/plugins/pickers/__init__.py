@@ -1,0 +1,1 @@
+"""Built-in picker plugins, one per module."""

@@ -1,0 +1,1 @@
+"""Built-in scorer plugins, one per module."""

@@ -1,0 +1,114 @@
+"""A scheduling profile: filters in order, weighted scorers, one picker (GIE's SchedulerProfile)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from scheduler.cycle_state import FILTER_FAILURE_KEY, CycleState
+from scheduler.errors import ErrorCode, SchedulingError
+from scheduler.interfaces import Filter, Picker, PluginTimer, Scorer
+from scheduler.trace import ProfileTrace
+from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, ScoredEndpoint
+
+NO_ENDPOINTS = "no endpoints available for the given request"
+
+
+@dataclass(slots=True)
+class WeightedScorer:
+    scorer: Scorer
+    weight: float
+
+
+@dataclass(slots=True)
+class SchedulerProfile:
+    name: str
+    filters: list[Filter] = field(default_factory=list)
+    scorers: list[WeightedScorer] = field(default_factory=list)
+    picker: Picker | None = None
+
+    def plugins(self) -> list:
+        """Every plugin instance of the profile, in order, without repeats."""
+        seen: dict[int, object] = {}
+        for p in [*self.filters, *(ws.scorer for ws in self.scorers), self.picker]:
+            if p is not None:
+                seen.setdefault(id(p), p)
+        return list(seen.values())
+
+    def run(
+        self,
+        request: LLMRequest,
+        cycle_state: CycleState,
+        endpoints: list[Endpoint],
+        trace: ProfileTrace | None = None,
+        timer: PluginTimer | None = None,
+    ) -> ProfileRunResult:
+        """One cycle. Raises SchedulingError(Internal) when the filters leave no endpoint."""
+        if self.picker is None:
+            raise SchedulingError(ErrorCode.INTERNAL, f"profile {self.name!r} has no picker")
+        candidates = self._filter(request, cycle_state, endpoints, trace, timer)
+        if not candidates:
+            err = cycle_state.read(FILTER_FAILURE_KEY)
+            if not isinstance(err, SchedulingError):
+                err = SchedulingError(ErrorCode.INTERNAL, NO_ENDPOINTS)
+            cycle_state.delete(FILTER_FAILURE_KEY)
+            raise err
+        totals = self._score(request, cycle_state, candidates, trace, timer)
+        scored = [ScoredEndpoint(ep, totals[ep]) for ep in candidates]
+        start = time.perf_counter()
+        result = self.picker.pick(cycle_state, scored)
+        if timer is not None:
+            timer("Picker", self.picker, time.perf_counter() - start)
+        # Targets are copies carrying what plugins attached to them for this request.
+        result.target_endpoints = [
+            ep.with_attributes(attrs) if (attrs := cycle_state.endpoint_attributes(ep.name)) else ep
+            for ep in result.target_endpoints
+        ]
+        if trace is not None:
+            trace.totals = {ep.name: round(score, 6) for ep, score in totals.items()}
+            trace.picked = [ep.name for ep in result.target_endpoints]
+        return result
+
+    def _filter(self, request, cycle_state, endpoints, trace, timer) -> list[Endpoint]:
+        remaining = endpoints
+        for f in self.filters:
+            start = time.perf_counter()
+            kept = f.filter(cycle_state, request, remaining)
+            if timer is not None:
+                timer("Filter", f, time.perf_counter() - start)
+            if trace is not None:
+                kept_names = {ep.name for ep in kept}
+                trace.filters.append(
+                    {
+                        "plugin": f.name,
+                        "type": f.type_name,
+                        "removed": [ep.name for ep in remaining if ep.name not in kept_names],
+                        "kept": [ep.name for ep in kept],
+                    }
+                )
+            remaining = kept
+            if not remaining:
+                break
+        return remaining
+
+    def _score(self, request, cycle_state, candidates, trace, timer) -> dict[Endpoint, float]:
+        totals = dict.fromkeys(candidates, 0.0)
+        for ws in self.scorers:
+            start = time.perf_counter()
+            scores = ws.scorer.score(cycle_state, request, candidates)
+            if timer is not None:
+                timer("Scorer", ws.scorer, time.perf_counter() - start)
+            weight = ws.weight
+            for ep, score in scores.items():
+                if ep in totals:
+                    totals[ep] += (0.0 if score < 0.0 else 1.0 if score > 1.0 else score) * weight
+            if trace is not None:
+                trace.scorers.append(
+                    {
+                        "plugin": ws.scorer.name,
+                        "type": ws.scorer.type_name,
+                        "weight": weight,
+                        "scores": {ep.name: round(float(s), 6) for ep, s in scores.items()},
+                    }
+                )
+        return totals

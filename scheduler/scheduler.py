@@ -1,0 +1,105 @@
+"""The in-process Scheduler: the multi-cycle loop with every profile run in this process."""
+
+from __future__ import annotations
+
+from scheduler.cycle_state import CycleState, profile_error_key
+from scheduler.errors import ErrorCode, SchedulingError
+from scheduler.interfaces import Plugin, PluginTimer, PreRequest, ProfileHandler
+from scheduler.loop import run_sync, schedule_cycles
+from scheduler.profile import SchedulerProfile
+from scheduler.trace import ProfileTrace, SchedulingTrace
+from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult
+
+
+class Scheduler:
+    """`schedule(request, endpoints)` returns a SchedulingResult or raises SchedulingError."""
+
+    def __init__(
+        self,
+        handler: ProfileHandler,
+        profiles: dict[str, SchedulerProfile],
+        plugins: dict[str, Plugin] | None = None,
+        timer: PluginTimer | None = None,
+    ) -> None:
+        self.handler = handler
+        self.profiles = profiles
+        self.plugins = plugins if plugins is not None else _plugins_of(handler, profiles)
+        self.timer = timer
+        self._pre_request_hooks = [p for p in self.plugins.values() if isinstance(p, PreRequest)]
+
+    @classmethod
+    def from_config(cls, config, timer: PluginTimer | None = None) -> Scheduler:
+        """Build from a loaded config (`load_config`), YAML text, or a dict."""
+        from scheduler.config import build_plugins, load_config  # the config layer imports this module
+
+        if not hasattr(config, "scheduling_profiles"):
+            config = load_config(config)
+        built = build_plugins(config)
+        return cls(built.handler, built.profiles, built.plugins, timer)
+
+    def schedule(
+        self,
+        request: LLMRequest,
+        endpoints: list[Endpoint],
+        trace: SchedulingTrace | None = None,
+        run_pre_request: bool = True,
+    ) -> SchedulingResult:
+        """Pick endpoints for one request; with `run_pre_request`, stateful plugins then learn
+        the decision (in the Ray path the gateway tells the profile actors instead)."""
+        if not endpoints:
+            raise SchedulingError(ErrorCode.SERVICE_UNAVAILABLE, "no endpoints to schedule on")
+        result = run_sync(
+            schedule_cycles(
+                self.handler, self.profiles, self._run_profiles, request, endpoints, CycleState(), trace, self.timer
+            )
+        )
+        if run_pre_request:
+            self.pre_request(request, result)
+        return result
+
+    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
+        for hook in self._pre_request_hooks:
+            hook.pre_request(request, result)
+
+    async def _run_profiles(
+        self,
+        names: list[str],
+        request: LLMRequest,
+        cycle_state: CycleState,
+        endpoints: list[Endpoint] | None,
+        trace: SchedulingTrace | None,
+    ) -> dict[str, ProfileRunResult | None]:
+        return {
+            name: run_profile(self.profiles[name], request, cycle_state, endpoints or [], trace, self.timer)
+            for name in names
+        }
+
+
+def run_profile(
+    profile: SchedulerProfile,
+    request: LLMRequest,
+    cycle_state: CycleState,
+    endpoints: list[Endpoint],
+    trace: SchedulingTrace | None = None,
+    timer: PluginTimer | None = None,
+) -> ProfileRunResult | None:
+    """Run one profile; its failure becomes None (seed 003) and is recorded in the trace."""
+    profile_trace = ProfileTrace(profile.name) if trace is not None else None
+    try:
+        return profile.run(request, cycle_state, endpoints, profile_trace, timer)
+    except SchedulingError as err:
+        cycle_state.write(profile_error_key(profile.name), err)
+        if profile_trace is not None:
+            profile_trace.error = err.message
+        return None
+    finally:
+        if trace is not None and profile_trace is not None:
+            trace.profiles[profile.name] = profile_trace.to_json()
+
+
+def _plugins_of(handler: ProfileHandler, profiles: dict[str, SchedulerProfile]) -> dict[str, Plugin]:
+    plugins: dict[str, Plugin] = {handler.name: handler}
+    for profile in profiles.values():
+        for p in profile.plugins():
+            plugins.setdefault(p.name, p)
+    return plugins

@@ -1,0 +1,243 @@
+"""The data the scheduler works on: endpoints with their metrics, requests, and results.
+
+Slotted dataclasses: they are built and read on every request."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from scheduler.errors import ErrorCode, SchedulingError
+
+
+@dataclass(slots=True)
+class Metrics:
+    """A model server's state as the last scrape saw it (GIE's datalayer Metrics)."""
+
+    waiting_queue_size: int = 0
+    running_requests_size: int = 0
+    kv_cache_usage_percent: float = 0.0
+    active_models: dict[str, int] = field(default_factory=dict)
+    waiting_models: dict[str, int] = field(default_factory=dict)
+    max_active_models: int = 0
+    cache_block_size: int = 0
+    cache_num_blocks: int = 0
+    update_time: float = 0.0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Metrics:
+        def as_models(value: Any) -> dict[str, int]:
+            if isinstance(value, dict):
+                return {str(k): int(v) for k, v in value.items()}
+            return {str(m): 0 for m in value or ()}
+
+        return cls(
+            waiting_queue_size=int(data.get("waiting_queue_size", 0)),
+            running_requests_size=int(data.get("running_requests_size", 0)),
+            kv_cache_usage_percent=float(data.get("kv_cache_usage_percent", 0.0)),
+            active_models=as_models(data.get("active_models")),
+            waiting_models=as_models(data.get("waiting_models")),
+            max_active_models=int(data.get("max_active_models", 0)),
+            cache_block_size=int(data.get("cache_block_size", 0)),
+            cache_num_blocks=int(data.get("cache_num_blocks", data.get("cache_num_gpu_blocks", 0))),
+            update_time=float(data.get("update_time", 0.0)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "waiting_queue_size": self.waiting_queue_size,
+            "running_requests_size": self.running_requests_size,
+            "kv_cache_usage_percent": self.kv_cache_usage_percent,
+            "active_models": sorted(self.active_models),
+            "waiting_models": sorted(self.waiting_models),
+            "max_active_models": self.max_active_models,
+            "cache_block_size": self.cache_block_size,
+            "cache_num_blocks": self.cache_num_blocks,
+            "update_time": self.update_time,
+        }
+
+
+@dataclass(slots=True, eq=False)
+class Endpoint:
+    """A model server. Hashed by identity: within one cycle every plugin sees the same objects.
+
+    `attributes` holds request-scoped data plugins attach to an endpoint (e.g. its prefix-cache
+    match), copied into the profile result for the chosen targets so that other profiles and the
+    profile handler can read it even when the profile ran in another process."""
+
+    name: str
+    address: str = "127.0.0.1"
+    port: int = 8000
+    labels: dict[str, str] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def host_port(self) -> str:
+        return f"{self.address}:{self.port}"
+
+    def with_attributes(self, attributes: dict[str, Any]) -> Endpoint:
+        return replace(self, attributes=dict(attributes))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Endpoint:
+        if not isinstance(data, dict) or not data.get("name"):
+            raise ValueError(f"an endpoint needs a 'name': {data!r}")
+        return cls(
+            name=str(data["name"]),
+            address=str(data.get("address", "127.0.0.1")),
+            port=int(data.get("port", 8000)),
+            labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
+            metrics=Metrics.from_json(data.get("metrics") or {}),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "address": self.address,
+            "port": self.port,
+            "labels": dict(self.labels),
+            "metrics": self.metrics.to_json(),
+        }
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.name})"
+
+
+_CRITICALITY_PRIORITY = {"Critical": 1, "Standard": 0, "Sheddable": -1}
+
+
+@dataclass(slots=True, eq=False)
+class LLMRequest:
+    """One inference request as the scheduler sees it.
+
+    `priority < 0` marks a sheddable request. `memo` caches values derived from the body (prompt
+    text, prefix block hashes) so each is computed once per request per process."""
+
+    request_id: str
+    target_model: str
+    body: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    received_at: float = field(default_factory=time.monotonic)
+    memo: dict[Any, Any] = field(default_factory=dict)
+
+    @property
+    def sheddable(self) -> bool:
+        return self.priority < 0
+
+    @property
+    def critical(self) -> bool:
+        return self.priority > 0
+
+    def prompt_text(self) -> str:
+        """The user input as GIE's prefix plugin reads it: the completion prompt, or the chat
+        messages serialised as JSON."""
+        text = self.memo.get("prompt_text")
+        if text is None:
+            text = prompt_text_of(self.body)
+            self.memo["prompt_text"] = text
+        return text
+
+    def cache_salt(self) -> str:
+        salt = self.body.get("cache_salt")
+        return salt if isinstance(salt, str) else ""
+
+    def header(self, name: str, default: str = "") -> str:
+        """A header by case-insensitive name."""
+        lname = name.lower()
+        for key, value in self.headers.items():
+            if key.lower() == lname:
+                return value
+        return default
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LLMRequest:
+        """The JSON form of DESIGN.md; a body's `model` stands in for a missing target_model."""
+        if not isinstance(data, dict):
+            raise SchedulingError(ErrorCode.BAD_REQUEST, "a request must be a JSON object")
+        body = data.get("body") or {}
+        if not isinstance(body, dict):
+            raise SchedulingError(ErrorCode.BAD_REQUEST, "'body' must be a JSON object")
+        target = data.get("target_model") or body.get("model")
+        if not target or not isinstance(target, str):
+            raise SchedulingError(ErrorCode.BAD_REQUEST, "the request names no model ('target_model' or body.model)")
+        return cls(
+            request_id=str(data.get("request_id") or "request"),
+            target_model=target,
+            body=body,
+            headers={str(k): str(v) for k, v in (data.get("headers") or {}).items()},
+            priority=parse_priority(data.get("priority"), data.get("criticality")),
+        )
+
+
+def parse_priority(priority: Any, criticality: Any = None) -> int:
+    """An integer priority, or one derived from GIE's older criticality names."""
+    if priority is not None:
+        try:
+            return int(priority)
+        except (TypeError, ValueError):
+            raise SchedulingError(ErrorCode.BAD_REQUEST, f"priority must be an integer, got {priority!r}") from None
+    if criticality is not None:
+        if criticality not in _CRITICALITY_PRIORITY:
+            raise SchedulingError(
+                ErrorCode.BAD_REQUEST,
+                f"criticality must be one of {sorted(_CRITICALITY_PRIORITY)}, got {criticality!r}",
+            )
+        return _CRITICALITY_PRIORITY[criticality]
+    return 0
+
+
+def prompt_text_of(body: dict[str, Any]) -> str:
+    """The text a prefix cache would key on, for completions and chat completions bodies."""
+    if "messages" in body:
+        return json.dumps(body["messages"], separators=(",", ":"), ensure_ascii=False)
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return "".join(p if isinstance(p, str) else json.dumps(p) for p in prompt)
+    return ""
+
+
+@dataclass(slots=True)
+class ScoredEndpoint:
+    endpoint: Endpoint
+    score: float
+
+
+@dataclass(slots=True)
+class ProfileRunResult:
+    """What one profile picked. Targets carry the attributes plugins attached to them."""
+
+    target_endpoints: list[Endpoint]
+
+
+@dataclass(slots=True)
+class SchedulingResult:
+    """The result of all profiles; a profile that ran and failed maps to None (seed 003)."""
+
+    profile_results: dict[str, ProfileRunResult | None]
+    primary_profile_name: str
+
+    @property
+    def primary(self) -> ProfileRunResult:
+        result = self.profile_results.get(self.primary_profile_name)
+        if result is None:
+            raise SchedulingError(ErrorCode.INTERNAL, f"primary profile {self.primary_profile_name!r} has no result")
+        return result
+
+    @property
+    def target(self) -> Endpoint:
+        return self.primary.target_endpoints[0]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "primary_profile": self.primary_profile_name,
+            "profiles": {
+                name: None if r is None else [e.name for e in r.target_endpoints]
+                for name, r in self.profile_results.items()
+            },
+        }
