@@ -1,0 +1,38 @@
+"""Small builders for scheduler tests: endpoints from compact tuples, requests, a cycle state."""
+
+from __future__ import annotations
+
+from scheduler import CycleState, Endpoint, LLMRequest, Metrics
+
+
+def endpoint(name: str, labels: dict[str, str] | None = None, **metrics) -> Endpoint:
+    """An endpoint with the given Metrics fields, e.g. endpoint("pod1", waiting_queue_size=3)."""
+    if "active_models" in metrics and not isinstance(metrics["active_models"], dict):
+        metrics["active_models"] = dict.fromkeys(metrics["active_models"], 0)
+    if "waiting_models" in metrics and not isinstance(metrics["waiting_models"], dict):
+        metrics["waiting_models"] = dict.fromkeys(metrics["waiting_models"], 0)
+    return Endpoint(name=name, labels=labels or {}, metrics=Metrics(**metrics))
+
+
+def request(
+    model: str = "base",
+    prompt: str = "hello",
+    request_id: str = "r1",
+    priority: int = 0,
+    headers: dict[str, str] | None = None,
+) -> LLMRequest:
+    return LLMRequest(
+        request_id=request_id,
+        target_model=model,
+        body={"model": model, "prompt": prompt},
+        headers=headers or {},
+        priority=priority,
+    )
+
+
+def names(endpoints) -> list[str]:
+    return [e.name for e in endpoints]
+
+
+def fresh_state() -> CycleState:
+    return CycleState()
