@@ -46,6 +46,8 @@ class SchedulerProfile:
         """One cycle. Raises SchedulingError(Internal) when the filters leave no endpoint."""
         if self.picker is None:
             raise SchedulingError(ErrorCode.INTERNAL, f"profile {self.name!r} has no picker")
+        if request.excluded_endpoints:
+            endpoints = [ep for ep in endpoints if ep.name not in request.excluded_endpoints]
         candidates = self._filter(request, cycle_state, endpoints, trace, timer)
         if not candidates:
             err = cycle_state.read(FILTER_FAILURE_KEY)

@@ -122,6 +122,8 @@ class LLMRequest:
     headers: dict[str, str] = field(default_factory=dict)
     priority: int = 0
     received_at: float = field(default_factory=time.monotonic)
+    # Endpoints this request must not go to (e.g. one that just failed it, when retrying).
+    excluded_endpoints: frozenset[str] = frozenset()
     memo: dict[Any, Any] = field(default_factory=dict)
 
     @property
