@@ -15,6 +15,7 @@ from scheduler.interfaces import (
     Plugin,
     PreRequest,
     ProfileHandler,
+    ResponseComplete,
     Scorer,
     ScorerCategory,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "ProfileHandler",
     "ProfileRunResult",
     "ProfileTrace",
+    "ResponseComplete",
     "Scheduler",
     "SchedulerProfile",
     "SchedulingError",

@@ -110,13 +110,21 @@ class PreRequest(Plugin):
         raise NotImplementedError
 
 
+class ResponseComplete(Plugin):
+    """Runs when the response to a scheduled request has been sent in full (llm-d's ResponseBody
+    at end of stream): plugins that count requests in flight learn that one has finished."""
+
+    def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
+        raise NotImplementedError
+
+
 class PluginTimer(Protocol):
     """Receives how long each plugin call took (for `…_plugin_duration_seconds`)."""
 
     def __call__(self, extension_point: str, plugin: Plugin, seconds: float) -> None: ...
 
 
-ROLES: tuple[type[Plugin], ...] = (Filter, Scorer, Picker, ProfileHandler, PreRequest)
+ROLES: tuple[type[Plugin], ...] = (Filter, Scorer, Picker, ProfileHandler, PreRequest, ResponseComplete)
 
 
 def roles_of(plugin: Plugin | type[Plugin]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from scheduler.cycle_state import CycleState, profile_error_key
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.interfaces import Plugin, PluginTimer, PreRequest, ProfileHandler
+from scheduler.interfaces import Plugin, PluginTimer, PreRequest, ProfileHandler, ResponseComplete
 from scheduler.loop import run_sync, schedule_cycles
 from scheduler.profile import SchedulerProfile
 from scheduler.trace import ProfileTrace, SchedulingTrace
@@ -26,6 +26,7 @@ class Scheduler:
         self.plugins = plugins if plugins is not None else _plugins_of(handler, profiles)
         self.timer = timer
         self._pre_request_hooks = [p for p in self.plugins.values() if isinstance(p, PreRequest)]
+        self._response_complete_hooks = [p for p in self.plugins.values() if isinstance(p, ResponseComplete)]
 
     @classmethod
     def from_config(cls, config, timer: PluginTimer | None = None) -> Scheduler:
@@ -60,6 +61,11 @@ class Scheduler:
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         for hook in self._pre_request_hooks:
             hook.pre_request(request, result)
+
+    def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
+        """Tell plugins that count requests in flight that this request's response has been sent."""
+        for hook in self._response_complete_hooks:
+            hook.response_complete(request, endpoint_name)
 
     async def _run_profiles(
         self,

@@ -117,7 +117,8 @@ BAD = [
     ("plugins: [\n", ["not valid YAML"]),
     ("- just\n- a list\n", ["must be a YAML mapping"]),
     (
-        "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: x\n  plugins: [{pluginRef: queue-scorer, weight: -1}]\n",
+        "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: x\n"
+        "  plugins: [{pluginRef: queue-scorer, weight: -1}]\n",
         ["weight: Value error, weight must be >= 0"],
     ),
 ]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import Field
+
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ErrorCode, SchedulingError
 from scheduler.interfaces import Parameters, ProfileHandler
@@ -15,7 +17,7 @@ from scheduler.types import LLMRequest, ProfileRunResult, SchedulingResult
 
 class AllProfilesParameters(Parameters):
     # The profile whose target is the primary destination; defaults to the first configured.
-    primary_profile: str | None = None
+    primary_profile: str | None = Field(default=None, alias="primaryProfile")
 
 
 @register
