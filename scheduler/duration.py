@@ -48,4 +48,3 @@ def duration_seconds(value: Any) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise ValueError(f"a duration is a string with a unit such as '200ms', got the number {value!r}")
     raise ValueError(f"a duration is a string such as '200ms', got {value!r}")
-

@@ -1,0 +1,71 @@
+"""configs/lora.yaml: the adapter's location first, load among equals, saturation spills
+(utilization-detector filter + lora-affinity / queue / kv-cache scorers)."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler import Scheduler, load_config_file
+from tests.scheduler.helpers import endpoint, request
+
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lora.yaml"
+
+
+def pod(name, q, kv, active=(), max_active=2, **extra):
+    return endpoint(
+        name,
+        waiting_queue_size=q,
+        kv_cache_usage_percent=kv,
+        active_models=list(active),
+        max_active_models=max_active,
+        **extra,
+    )
+
+
+@pytest.mark.parametrize(
+    ("pods", "want"),
+    [
+        pytest.param(
+            [pod("has-it", 4, 0.7, ["lora-1"]), pod("free-slot", 0, 0.0, ["x"])],
+            "has-it",
+            id="a loaded adapter beats an idle server with a free slot",
+        ),
+        pytest.param(
+            [pod("has-it", 5, 0.3, ["lora-1"]), pod("free-slot", 2, 0.3, ["x"])],
+            "free-slot",
+            id="its server saturated (queue 5): spill to a free slot",
+        ),
+        pytest.param(
+            [pod("has-it", 0, 0.85, ["lora-1"]), pod("free-slot", 4, 0.5, ["x"])],
+            "free-slot",
+            id="its server saturated (KV 0.85): spill to a free slot",
+        ),
+        pytest.param(
+            [pod("a", 3, 0.5, ["lora-1"]), pod("b", 1, 0.5, ["lora-1"]), pod("c", 0, 0.1, ["x"])],
+            "b",
+            id="among servers holding it, the least loaded",
+        ),
+        pytest.param(
+            [pod("full", 0, 0.0, ["x", "y"]), pod("free-slot", 3, 0.6, ["x"])],
+            "free-slot",
+            id="adapter nowhere: a free slot beats an idle full server",
+        ),
+        pytest.param(
+            [pod("has-it", 9, 0.9, ["lora-1"]), pod("free-slot", 7, 0.95, ["x"])],
+            "has-it",
+            id="everything saturated: fail open, affinity decides",
+        ),
+        pytest.param(
+            [pod("stale", 0, 0.0, ["lora-1"], update_time=1.0), pod("fresh", 1, 0.2, ["x"], update_time=-1)],
+            "fresh",
+            id="stale metrics: the endpoint is avoided",
+        ),
+    ],
+)
+def test_lora_config(pods, want):
+    for p in pods:  # -1 marks "scraped just now"
+        if p.metrics.update_time == -1:
+            p.metrics.update_time = time.time()
+    sched = Scheduler.from_config(load_config_file(CONFIG))
+    assert sched.schedule(request(model="lora-1"), pods).target.name == want
