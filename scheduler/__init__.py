@@ -11,6 +11,7 @@ from scheduler.errors import ConfigError, ErrorCode, SchedulingError
 from scheduler.interfaces import (
     Filter,
     Parameters,
+    PDDecider,
     Picker,
     Plugin,
     PreRequest,
@@ -42,6 +43,7 @@ __all__ = [
     "Filter",
     "LLMRequest",
     "Metrics",
+    "PDDecider",
     "Parameters",
     "Picker",
     "Plugin",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from scheduler.errors import ErrorCode, SchedulingError
@@ -26,17 +27,28 @@ class CycleState:
 
     def __init__(self) -> None:
         self._data: dict[str, Any] = {}
+        # key → {endpoint name → value}: tagging every candidate fills one dict, not one per endpoint.
         self._endpoint_attributes: dict[str, dict[str, Any]] = {}
 
     def set_endpoint_attribute(self, endpoint_name: str, key: str, value: Any) -> None:
         """Attach request-scoped data to an endpoint; the profile copies it onto its chosen targets."""
-        attrs = self._endpoint_attributes.get(endpoint_name)
-        if attrs is None:
-            attrs = self._endpoint_attributes[endpoint_name] = {}
-        attrs[key] = value
+        values = self._endpoint_attributes.get(key)
+        if values is None:
+            values = self._endpoint_attributes[key] = {}
+        values[endpoint_name] = value
+
+    def set_endpoint_attributes(self, key: str, values: Mapping[str, Any]) -> None:
+        """`set_endpoint_attribute` for many endpoints at once: `values` maps endpoint names to values."""
+        existing = self._endpoint_attributes.get(key)
+        if existing is None:
+            self._endpoint_attributes[key] = dict(values)
+        else:
+            existing.update(values)
 
     def endpoint_attributes(self, endpoint_name: str) -> dict[str, Any]:
-        return self._endpoint_attributes.get(endpoint_name, {})
+        """What plugins attached to an endpoint (a new dict)."""
+        name = endpoint_name
+        return {key: by_name[name] for key, by_name in self._endpoint_attributes.items() if name in by_name}
 
     def read(self, key: str, default: Any = None) -> Any:
         return self._data.get(key, default)

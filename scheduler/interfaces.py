@@ -118,13 +118,22 @@ class ResponseComplete(Plugin):
         raise NotImplementedError
 
 
+class PDDecider(Plugin):
+    """Decides, once the decode profile has picked its endpoint, whether a disaggregated stage runs
+    for this request (llm-d's decider plugins): the prefill stage of P/D, or the encode stage of
+    E/P/D. Configured as a plugin outside any profile and named by the `disagg-profile-handler`."""
+
+    def disaggregate(self, cycle_state: CycleState, request: LLMRequest, decode_endpoint: Endpoint) -> bool:
+        raise NotImplementedError
+
+
 class PluginTimer(Protocol):
     """Receives how long each plugin call took (for `…_plugin_duration_seconds`)."""
 
     def __call__(self, extension_point: str, plugin: Plugin, seconds: float) -> None: ...
 
 
-ROLES: tuple[type[Plugin], ...] = (Filter, Scorer, Picker, ProfileHandler, PreRequest, ResponseComplete)
+ROLES: tuple[type[Plugin], ...] = (Filter, Scorer, Picker, ProfileHandler, PDDecider, PreRequest, ResponseComplete)
 
 
 def roles_of(plugin: Plugin | type[Plugin]) -> list[str]:

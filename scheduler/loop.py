@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ErrorCode, SchedulingError
 from scheduler.interfaces import PluginTimer, ProfileHandler
-from scheduler.trace import SchedulingTrace
+from scheduler.trace import TRACE_NOTES_KEY, SchedulingTrace
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult
 
 # A handler that keeps picking profiles is a bug; fail the request rather than spin.
@@ -47,6 +47,23 @@ async def schedule_cycles(
     timer: PluginTimer | None = None,
 ) -> SchedulingResult:
     cycle_state = cycle_state if cycle_state is not None else CycleState()
+    try:
+        return await _cycles(handler, profiles, run_profiles, request, endpoints, cycle_state, trace, timer)
+    finally:
+        if trace is not None and (notes := cycle_state.read(TRACE_NOTES_KEY)):
+            trace.extra.update(notes)  # what the handler and its deciders noted (e.g. P/D's decision)
+
+
+async def _cycles(
+    handler: ProfileHandler,
+    profiles: Mapping[str, Any],
+    run_profiles: ProfileRunner,
+    request: LLMRequest,
+    endpoints: list[Endpoint] | None,
+    cycle_state: CycleState,
+    trace: SchedulingTrace | None,
+    timer: PluginTimer | None,
+) -> SchedulingResult:
     results: dict[str, ProfileRunResult | None] = {}
     for _ in range(MAX_ROUNDS):
         start = time.perf_counter()

@@ -6,6 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# Where plugins that run outside a profile (the profile handler, P/D deciders) leave what a trace
+# should show of their decisions: a dict in the request's CycleState, merged into the trace's top level.
+TRACE_NOTES_KEY = "scheduler/trace-notes"
+
+
+def add_trace_note(cycle_state: Any, key: str, value: Any) -> None:
+    """Record `value` under `key` in the trace of this request (if one is taken)."""
+    notes = cycle_state.read(TRACE_NOTES_KEY)
+    if notes is None:
+        notes = {}
+        cycle_state.write(TRACE_NOTES_KEY, notes)
+    notes[key] = value
+
 
 @dataclass(slots=True)
 class ProfileTrace:

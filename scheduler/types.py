@@ -219,10 +219,15 @@ class ProfileRunResult:
 
 @dataclass(slots=True)
 class SchedulingResult:
-    """The result of all profiles; a profile that ran and failed maps to None (seed 003)."""
+    """The result of all profiles; a profile that ran and failed maps to None (seed 003).
+
+    `prefill_profile_name` names the profile whose target runs the prompt's prefill in P/D (set by
+    the disagg handler, whose profile names are configurable); None means no prefill stage, and
+    consumers then fall back to GIE's convention, a profile named "prefill"."""
 
     profile_results: dict[str, ProfileRunResult | None]
     primary_profile_name: str
+    prefill_profile_name: str | None = None
 
     @property
     def primary(self) -> ProfileRunResult:

@@ -88,9 +88,9 @@ def _plugin_classes(cfg: EndpointPickerConfig, errors: list[str]) -> dict[str, t
             cls.Parameters.model_validate(spec.parameters or {})
         except ValidationError as err:
             for e in err.errors():
-                field = ".".join(str(p) for p in e["loc"]) or "parameters"
-                msg = "unknown parameter" if e["type"] == "extra_forbidden" else e["msg"]
-                errors.append(f"{where} (type {spec.type}): parameters.{field}: {msg}")
+                field = ".".join(["parameters", *(str(p) for p in e["loc"])])  # a model-level check has no loc
+                msg = "unknown parameter" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+                errors.append(f"{where} (type {spec.type}): {field}: {msg}")
     return classes
 
 

@@ -1,0 +1,69 @@
+"""`prefix-based-pd-decider` (llm-d): disaggregate prefill when the part of the prompt the chosen
+decode endpoint does not already hold is long enough to be worth a remote prefill.
+
+    input tokens      = UTF-8 bytes of the prompt / 4   (llm-d's estimate; chat: the messages as JSON)
+    cached tokens     = matched blocks x block size     (the decode target's PrefixCacheMatchInfo)
+    disaggregate when   input tokens - cached tokens >= nonCachedTokens
+
+`nonCachedTokens: 0` (the default) disables it. Without match info on the decode endpoint (no
+prefix-cache-scorer in the decode profile) it never disaggregates and says so in the log once."""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import Field
+
+from scheduler.cycle_state import CycleState
+from scheduler.interfaces import Parameters, PDDecider
+from scheduler.prefix import AVERAGE_CHARS_PER_TOKEN, PREFIX_MATCH_KEY, PrefixCacheMatchInfo
+from scheduler.registry import register
+from scheduler.types import Endpoint, LLMRequest
+
+log = logging.getLogger(__name__)
+
+_INPUT_TOKENS_MEMO = "pd-decider/input-tokens"
+
+
+class PrefixBasedPDDeciderParameters(Parameters):
+    # The minimum length, in tokens, of the prompt's uncached suffix that triggers P/D; 0 disables.
+    non_cached_tokens: int = Field(default=0, alias="nonCachedTokens", ge=0)
+
+
+def input_tokens(request: LLMRequest) -> int:
+    """llm-d's estimate of the prompt's length in tokens: its bytes / 4 (memoised on the request)."""
+    tokens = request.memo.get(_INPUT_TOKENS_MEMO)
+    if tokens is None:
+        tokens = len(request.prompt_text().encode()) // AVERAGE_CHARS_PER_TOKEN
+        request.memo[_INPUT_TOKENS_MEMO] = tokens
+    return tokens
+
+
+@register
+class PrefixBasedPDDecider(PDDecider):
+    type_name = "prefix-based-pd-decider"
+    Parameters = PrefixBasedPDDeciderParameters
+
+    def setup(self, handle) -> None:
+        self.non_cached_tokens = self.params.non_cached_tokens
+        self._warned = False
+
+    def disaggregate(self, cycle_state: CycleState, request: LLMRequest, decode_endpoint: Endpoint) -> bool:
+        threshold = self.non_cached_tokens
+        if threshold == 0 or decode_endpoint is None:
+            return False
+        tokens = input_tokens(request)
+        if tokens < threshold:  # even with nothing cached the prompt is too short
+            return False
+        info = decode_endpoint.attributes.get(PREFIX_MATCH_KEY)
+        if not isinstance(info, PrefixCacheMatchInfo):
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "%s: decode endpoint %s carries no prefix-cache match info (is a prefix-cache-scorer in the "
+                    "decode profile?); not disaggregating",
+                    self.name,
+                    decode_endpoint.name,
+                )
+            return False
+        return tokens - info.match_blocks * info.block_size_tokens >= threshold

@@ -1,0 +1,307 @@
+"""`disagg-profile-handler` (llm-d): prefill/decode (and encode) disaggregation as a multi-cycle
+profile handler (seeds 000 and 003).
+
+Round 1 runs the decode profile. If it found no endpoint, no further stage runs and the request
+fails. Otherwise each optional stage, encode then prefill, asks its decider about the decode
+target (e.g. "is enough of this prompt uncached there?"); a yes runs that stage's profile in the
+next round, a no (or no decider configured) skips it. The result has decode as its primary
+profile, plus every stage that ran: a stage that ran and found no endpoint maps to None and the
+request is still served by decode alone (seed 003: no prefill pod is not an error).
+
+Parameters, as llm-d writes them:
+
+    profiles:  {decode: decode, prefill: prefill, encode: encode}   # the profile names (defaults shown)
+    deciders:  {prefill: <decider plugin>, encode: <decider plugin>}  # a stage without one never runs
+
+llm-d's deprecated flat form is accepted too (`decodeProfile`, `prefillProfile`, `encodeProfile`,
+`prefillDeciderPluginName`, `encodeDeciderPluginName`, `deciderPluginName`), but not mixed with
+the nested one, and so are `pd-profile-handler`'s parameters (see pd_profile.py): `threshold` makes
+a built-in decider (> 0: prefix-based with nonCachedTokens = threshold; 0: always disaggregate);
+`hashBlockSize`, `prefixPluginType`, `prefixPluginName` and `primaryPort` are checked and ignored.
+
+Each request's decision (`decode-only`, `prefill-decode`, `encode-decode`, `encode-prefill-decode`,
+llm-d's metric values) and what happened to each stage is kept in the CycleState under
+DISAGG_DECISION_KEY and shows in a debug trace under "disagg"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from scheduler.cycle_state import CycleState, profile_failure
+from scheduler.errors import ErrorCode, SchedulingError
+from scheduler.interfaces import Parameters, PDDecider, ProfileHandler
+from scheduler.plugins.deciders.always_disagg import AlwaysDisaggPDDecider
+from scheduler.plugins.deciders.prefix_based import PrefixBasedPDDecider, PrefixBasedPDDeciderParameters
+from scheduler.registry import register
+from scheduler.trace import add_trace_note
+from scheduler.types import LLMRequest, ProfileRunResult, SchedulingResult
+
+DEFAULT_DECODE_PROFILE = "decode"
+DEFAULT_PREFILL_PROFILE = "prefill"
+DEFAULT_ENCODE_PROFILE = "encode"
+
+# CycleState key of this request's decision: {"decision": ..., "decode": ..., "encode": ..., "prefill": ...}.
+DISAGG_DECISION_KEY = "disagg/decision"
+TRACE_KEY = "disagg"
+
+DECODE_ONLY = "decode-only"
+PREFILL_DECODE = "prefill-decode"
+ENCODE_DECODE = "encode-decode"
+ENCODE_PREFILL_DECODE = "encode-prefill-decode"
+
+# What the decision record says of a stage.
+STAGE_PICKED = "picked"  # its decider said yes: the stage runs next
+STAGE_RAN = "ran"
+STAGE_FAILED = "failed"  # ran and found no endpoint (its result is None)
+STAGE_SKIPPED = "skipped"  # its decider said no
+STAGE_NO_DECIDER = "no decider"  # its profile is configured but no decider is
+
+_FLAT_FIELDS = {
+    "decode_profile": "decodeProfile",
+    "prefill_profile": "prefillProfile",
+    "encode_profile": "encodeProfile",
+    "prefill_decider_plugin_name": "prefillDeciderPluginName",
+    "encode_decider_plugin_name": "encodeDeciderPluginName",
+    "decider_plugin_name": "deciderPluginName",
+}
+
+
+class StageProfiles(Parameters):
+    decode: str = ""
+    prefill: str = ""
+    encode: str = ""
+
+
+class StageDeciders(Parameters):
+    prefill: str = ""
+    encode: str = ""
+
+
+class DisaggProfileHandlerParameters(Parameters):
+    """An empty string means "not set", as Go's zero value in llm-d."""
+
+    profiles: StageProfiles = Field(default_factory=StageProfiles)
+    deciders: StageDeciders = Field(default_factory=StageDeciders)
+    # llm-d's deprecated flat form.
+    decode_profile: str = Field(default="", alias="decodeProfile")
+    prefill_profile: str = Field(default="", alias="prefillProfile")
+    encode_profile: str = Field(default="", alias="encodeProfile")
+    prefill_decider_plugin_name: str = Field(default="", alias="prefillDeciderPluginName")
+    encode_decider_plugin_name: str = Field(default="", alias="encodeDeciderPluginName")
+    decider_plugin_name: str = Field(default="", alias="deciderPluginName")
+    # pd-profile-handler's parameters (threshold and hashBlockSize from before llm-d had deciders).
+    threshold: int | None = Field(default=None, ge=0)
+    hash_block_size: int | None = Field(default=None, alias="hashBlockSize", gt=0)
+    prefix_plugin_type: str = Field(default="", alias="prefixPluginType")
+    prefix_plugin_name: str = Field(default="", alias="prefixPluginName")
+    primary_port: int = Field(default=0, alias="primaryPort", ge=0, le=65535)
+
+    @model_validator(mode="after")
+    def _one_format(self) -> DisaggProfileHandlerParameters:
+        flat = [alias for field, alias in _FLAT_FIELDS.items() if getattr(self, field)]
+        if flat and self.uses_nested():
+            raise ValueError(
+                f"cannot mix the deprecated flat parameters {flat} with the nested 'profiles'/'deciders'; "
+                "use one format or the other"
+            )
+        if self.threshold is not None and (
+            self.deciders.prefill or self.prefill_decider_plugin_name or self.decider_plugin_name
+        ):
+            raise ValueError("'threshold' builds the prefill decider; it can not be combined with a named one")
+        return self
+
+    def uses_nested(self) -> bool:
+        return self.profiles != StageProfiles() or self.deciders != StageDeciders()
+
+
+@dataclass(slots=True)
+class Stage:
+    """An optional stage: its profile, and the decider that decides per request whether it runs."""
+
+    name: str  # "encode" or "prefill"
+    profile: str
+    profile_field: str  # the parameter that named the profile (for errors), "" when defaulted
+    decider: PDDecider | None
+    decider_field: str  # the parameter that named the decider, "" when implicit
+
+
+@register
+class DisaggProfileHandler(ProfileHandler):
+    type_name = "disagg-profile-handler"
+    Parameters = DisaggProfileHandlerParameters
+
+    def setup(self, handle) -> None:
+        p: DisaggProfileHandlerParameters = self.params
+        if p.uses_nested():
+            profiles = {s: (getattr(p.profiles, s), f"profiles.{s}") for s in ("decode", "prefill", "encode")}
+            prefill_decider = (p.deciders.prefill, "deciders.prefill")
+            encode_decider = (p.deciders.encode, "deciders.encode")
+        else:
+            profiles = {
+                "decode": (p.decode_profile, "decodeProfile"),
+                "prefill": (p.prefill_profile, "prefillProfile"),
+                "encode": (p.encode_profile, "encodeProfile"),
+            }
+            # llm-d: deciderPluginName (pd-profile-handler's name) is the lower-priority alias.
+            prefill_decider = (
+                (p.prefill_decider_plugin_name, "prefillDeciderPluginName")
+                if p.prefill_decider_plugin_name
+                else (p.decider_plugin_name, "deciderPluginName")
+            )
+            encode_decider = (p.encode_decider_plugin_name, "encodeDeciderPluginName")
+        decode_name, decode_field = profiles["decode"]
+        self.decode_profile = decode_name or DEFAULT_DECODE_PROFILE
+        self._decode_field = decode_field if decode_name else ""
+
+        def stage(name: str, default_profile: str, decider: tuple[str, str]) -> Stage:
+            profile, field = profiles[name]
+            decider_name, decider_field = decider
+            if decider_name:
+                resolved: PDDecider | None = self._resolve_decider(handle, decider_name, decider_field)
+            else:
+                resolved, decider_field = self._default_decider(handle, name), ""
+            return Stage(name, profile or default_profile, field if profile else "", resolved, decider_field)
+
+        # The order in which stages are considered once decode has its endpoint (llm-d's).
+        self.stages = (
+            stage("encode", DEFAULT_ENCODE_PROFILE, encode_decider),
+            stage("prefill", DEFAULT_PREFILL_PROFILE, prefill_decider),
+        )
+        self.prefill_profile = self.stages[1].profile
+        self.encode_profile = self.stages[0].profile
+
+    # -- deciders --------------------------------------------------------------------------
+
+    def _resolve_decider(self, handle, name: str, field: str) -> PDDecider:
+        if handle is None:
+            raise ValueError(f"parameters.{field}: {name!r} can not be resolved without the other plugins")
+        try:
+            plugin = handle.plugin(name)
+        except KeyError:
+            raise ValueError(f"parameters.{field}: no plugin named {name!r} in 'plugins'") from None
+        if not isinstance(plugin, PDDecider):
+            raise ValueError(
+                f"parameters.{field}: plugin {name!r} (type {plugin.type_name}) is not a decider "
+                "(e.g. prefix-based-pd-decider, always-disagg-pd-decider)"
+            )
+        return plugin
+
+    def _default_decider(self, handle, stage: str) -> PDDecider | None:
+        """The decider of a stage no parameter names one for: `threshold`'s for prefill, else none."""
+        if stage == "prefill" and self.params.threshold is not None:
+            return self.threshold_decider(self.params.threshold)
+        return None
+
+    def threshold_decider(self, threshold: int) -> PDDecider:
+        """pd-profile-handler's `threshold`: > 0 is prefix-based with nonCachedTokens = threshold;
+        0 always disaggregates (its handler ran prefill unconditionally then)."""
+        name = f"{self.name}/threshold"
+        if threshold == 0:
+            return AlwaysDisaggPDDecider(name=name)
+        return PrefixBasedPDDecider(name=name, params=PrefixBasedPDDeciderParameters(non_cached_tokens=threshold))
+
+    # -- load-time check -------------------------------------------------------------------
+
+    def validate_profiles(self, profile_names: list[str]) -> list[str]:
+        configured = set(profile_names)
+        errors = []
+        if self.decode_profile not in configured:
+            where = f"parameters.{self._decode_field}: " if self._decode_field else ""
+            errors.append(
+                f"{where}the decode profile {self.decode_profile!r} is not a configured scheduling profile "
+                f"{profile_names}"
+            )
+        for stage in self.stages:
+            if stage.profile in configured:
+                continue
+            if stage.profile_field:
+                errors.append(
+                    f"parameters.{stage.profile_field}: the {stage.name} profile {stage.profile!r} is not a "
+                    f"configured scheduling profile {profile_names}"
+                )
+            elif stage.decider_field:
+                errors.append(
+                    f"parameters.{stage.decider_field}: a {stage.name} decider is set but there is no "
+                    f"{stage.name} profile {stage.profile!r} (name it with profiles.{stage.name})"
+                )
+        used = [self.decode_profile, *(s.profile for s in self.stages)]
+        if len(set(used)) != len(used):
+            errors.append(f"the decode, encode and prefill profiles must differ, got {used}")
+        unused = [name for name in profile_names if name not in used]
+        if unused:
+            errors.append(
+                f"scheduling profiles {unused} would never run: this handler runs decode {self.decode_profile!r}, "
+                f"prefill {self.prefill_profile!r} and encode {self.encode_profile!r}"
+            )
+        return errors
+
+    # -- ProfileHandler --------------------------------------------------------------------
+
+    def pick(
+        self,
+        cycle_state: CycleState,
+        request: LLMRequest,
+        profiles: Mapping[str, Any],
+        results: Mapping[str, ProfileRunResult | None],
+    ) -> dict[str, Any]:
+        decode = self.decode_profile
+        if decode not in results:
+            profile = profiles.get(decode)
+            return {} if profile is None else {decode: profile}
+        record = cycle_state.read(DISAGG_DECISION_KEY)
+        if record is None:
+            record = {}
+            cycle_state.write(DISAGG_DECISION_KEY, record)
+            add_trace_note(cycle_state, TRACE_KEY, record)
+        decode_result = results[decode]
+        if decode_result is None or not decode_result.target_endpoints:
+            record["decode"] = STAGE_FAILED
+            return {}
+        record["decode"] = STAGE_RAN
+        target = decode_result.target_endpoints[0]
+        for stage in self.stages:
+            if stage.profile in results or stage.name in record or stage.profile not in profiles:
+                continue  # ran already, already decided against, or not configured
+            if stage.decider is None:
+                record[stage.name] = STAGE_NO_DECIDER
+            elif stage.decider.disaggregate(cycle_state, request, target):
+                record[stage.name] = STAGE_PICKED
+                return {stage.profile: profiles[stage.profile]}
+            else:
+                record[stage.name] = STAGE_SKIPPED
+        # Every stage is done: what ran, and the decision as llm-d counts it.
+        used = {}
+        for stage in self.stages:
+            if stage.profile in results:
+                ok = results[stage.profile] is not None
+                record[stage.name] = STAGE_RAN if ok else STAGE_FAILED
+                used[stage.name] = ok
+        record["decision"] = decision_type(used.get("encode", False), used.get("prefill", False))
+        return {}
+
+    def process_results(
+        self, cycle_state: CycleState, request: LLMRequest, results: Mapping[str, ProfileRunResult | None]
+    ) -> SchedulingResult:
+        decode = self.decode_profile
+        decode_result = results.get(decode)
+        if decode_result is None or not decode_result.target_endpoints:
+            if decode not in results:
+                raise SchedulingError(ErrorCode.INTERNAL, f"the decode profile {decode!r} did not run")
+            cause = profile_failure(cycle_state, decode)
+            raise SchedulingError(cause.code, f"failed to find available decode workers: {cause.message}")
+        joined: dict[str, ProfileRunResult | None] = {decode: decode_result}
+        for stage in self.stages:
+            if stage.profile in results:  # a stage that ran and failed stays, as None (seed 003)
+                joined[stage.profile] = results[stage.profile]
+        return SchedulingResult(joined, decode, prefill_profile_name=self.prefill_profile)
+
+
+def decision_type(encode_used: bool, prefill_used: bool) -> str:
+    """llm-d's disaggregation decision label for what actually ran."""
+    if encode_used:
+        return ENCODE_PREFILL_DECODE if prefill_used else ENCODE_DECODE
+    return PREFILL_DECODE if prefill_used else DECODE_ONLY

@@ -1,0 +1,30 @@
+"""Approximate prefix-cache awareness: prompt block hashing, the per-server block index, and the
+match information the prefix-cache scorer attaches to endpoints."""
+
+from scheduler.prefix.hashing import (
+    AVERAGE_CHARS_PER_TOKEN,
+    DEFAULT_BLOCK_SIZE_TOKENS,
+    DEFAULT_MAX_PREFIX_BLOCKS,
+    hash_blocks,
+    hash_prompt,
+    hashes_memo_key,
+    prefix_block_hashes,
+    set_prefix_block_hashes,
+)
+from scheduler.prefix.index import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
+from scheduler.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
+
+__all__ = [
+    "AVERAGE_CHARS_PER_TOKEN",
+    "DEFAULT_BLOCK_SIZE_TOKENS",
+    "DEFAULT_LRU_CAPACITY_PER_SERVER",
+    "DEFAULT_MAX_PREFIX_BLOCKS",
+    "PREFIX_MATCH_KEY",
+    "PrefixCacheMatchInfo",
+    "PrefixIndex",
+    "hash_blocks",
+    "hash_prompt",
+    "hashes_memo_key",
+    "prefix_block_hashes",
+    "set_prefix_block_hashes",
+]
