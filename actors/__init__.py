@@ -1,0 +1,31 @@
+"""Ray EPP's actors: per-pod metrics scrapers, the datastore, and one actor per scheduling profile.
+
+from actors import start_epp_actors, stop_epp_actors, PodSpec
+epp = start_epp_actors(config, [PodSpec(name="pod-a", address="10.0.0.5", port=8000)])
+version, endpoints = ray.get(epp.datastore.snapshot.remote())
+outcomes = ray.get(epp.profiles["default"].run_batch.remote([ProfileCall(request, CycleState())]))
+"""
+
+from actors.datastore import DatastoreActor
+from actors.launcher import EppActors, PodsFileError, load_pods_file, parse_pods, start_epp_actors, stop_epp_actors
+from actors.options import ActorOptions, PodSpec
+from actors.pod_metrics import PodMetricsActor, PodScraper
+from actors.profile_actor import ProfileActor
+from actors.protocol import ProfileCall, ProfileOutcome
+
+__all__ = [
+    "ActorOptions",
+    "DatastoreActor",
+    "EppActors",
+    "PodMetricsActor",
+    "PodScraper",
+    "PodSpec",
+    "PodsFileError",
+    "ProfileActor",
+    "ProfileCall",
+    "ProfileOutcome",
+    "load_pods_file",
+    "parse_pods",
+    "start_epp_actors",
+    "stop_epp_actors",
+]

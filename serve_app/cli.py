@@ -1,4 +1,4 @@
-"""The `epp` command line: pick, validate, sim, up.
+"""The `epp` command line: pick, validate, sim, bench, up.
 
 Each subcommand imports what it needs when it runs, so `epp pick` starts without Ray."""
 
@@ -41,6 +41,14 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
         sim = sub.add_parser("sim", help="run simulated vLLM pods on 127.0.0.1")
         add_sim_arguments(sim)
         sim.set_defaults(func=run_sim)
+    try:
+        from bench.cli import add_bench_arguments, run_bench
+    except ImportError:
+        pass
+    else:
+        bench = sub.add_parser("bench", help="routing-quality benchmarks in the cluster simulation, with a report")
+        add_bench_arguments(bench)
+        bench.set_defaults(func=run_bench)
     try:
         from serve_app.up import add_up_arguments, run_up
     except ImportError:

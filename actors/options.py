@@ -1,0 +1,96 @@
+"""The edge models of the actor layer: a pod to scrape (`PodSpec`) and the knobs of the actors
+(`ActorOptions`). Pydantic, validated where they enter; the actors get them as plain dicts."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_DATASTORE_NAME = "epp-datastore"
+
+
+class PodSpec(BaseModel):
+    """A model server: where to reach it and its labels (engine type, P/D role, ...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    address: str = Field(min_length=1)
+    port: int = Field(ge=1, le=65535)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name", "address")
+    @classmethod
+    def _no_blanks(cls, v: str) -> str:
+        if not v.strip() or v != v.strip():
+            raise ValueError("must be non-empty and have no surrounding spaces")
+        return v
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address and not self.address.startswith("[") else self.address
+        return f"http://{host}:{self.port}"
+
+
+class ActorOptions(BaseModel):
+    """How the EPP actors run. Resource defaults suit a 2-core machine: every actor asks for no CPU
+    (they are light and mostly waiting), so they never block Serve replicas from being placed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    datastore_name: str = Field(DEFAULT_DATASTORE_NAME, min_length=1)
+    # Detached actors outlive the driver that created them (a long-running deployment); when False
+    # the datastore and profile actors die with it. Metrics actors are always detached (see datastore).
+    detached: bool = False
+    datastore_num_cpus: float = Field(0.0, ge=0)
+    metrics_num_cpus: float = Field(0.0, ge=0)
+    profile_num_cpus: float = Field(0.0, ge=0)
+    # Scraping: GIE's refreshMetricsInterval is 50 ms.
+    refresh_interval_s: float = Field(0.05, gt=0)
+    scrape_timeout_s: float = Field(1.0, gt=0)
+    metrics_path: str = "/metrics"
+    # "fast": the keep-alive asyncio-streams client (actors/http_get.py, half aiohttp's CPU per
+    # scrape); "aiohttp" for servers it does not understand (TLS is not supported by either here).
+    http_client: Literal["fast", "aiohttp"] = "fast"
+    models_path: str = "/v1/models"
+    models_refresh_s: float = Field(10.0, gt=0)
+    # A metrics actor reports on change, and at least this often so the datastore knows it is alive.
+    heartbeat_s: float = Field(1.0, gt=0)
+    # Changed metrics are reported at most this often (0: every change). Each report is a Ray call
+    # costing ~1.5 ms CPU in the metrics actor and ~2.4 ms in the datastore (docs/BENCHMARKS.md).
+    min_report_interval_s: float = Field(0.0, ge=0)
+    # Health: GIE's metricsStalenessThreshold is 2 s.
+    staleness_threshold_s: float = Field(2.0, gt=0)
+    unhealthy_after_failures: int = Field(5, ge=1)
+    check_interval_s: float = Field(0.1, gt=0)
+    # Profile actors take at most one snapshot per this interval (bounds watch traffic when many
+    # pods change every scrape); 0 takes every version.
+    snapshot_min_interval_s: float = Field(0.025, ge=0)
+    watch_timeout_s: float = Field(5.0, gt=0)
+    profile_max_task_retries: int = Field(0, ge=-1)
+    # Modules to import in every profile actor before its config is built: custom plugins.
+    plugin_modules: list[str] = Field(default_factory=list)
+    # GIE's core-metrics-extractor parameters (engineLabelKey, defaultEngine, engineConfigs).
+    metrics_extractor: dict[str, Any] | None = None
+
+    @field_validator("metrics_extractor")
+    @classmethod
+    def _valid_extractor(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            from scheduler.engine_metrics import EngineRegistry
+
+            EngineRegistry.from_params(v)  # raises ValueError naming the bad entry
+        return v
+
+
+def as_options(options: ActorOptions | dict[str, Any] | None) -> ActorOptions:
+    if options is None:
+        return ActorOptions()
+    if isinstance(options, ActorOptions):
+        return options
+    return ActorOptions.model_validate(options)
+
+
+def as_pod(spec: PodSpec | dict[str, Any]) -> PodSpec:
+    return spec if isinstance(spec, PodSpec) else PodSpec.model_validate(spec)

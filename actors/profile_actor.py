@@ -1,0 +1,189 @@
+"""One actor per scheduling profile: it owns the profile's plugin instances and their state (e.g. a
+prefix-cache index), keeps a local endpoint snapshot fresh by long-polling the datastore, and runs
+one scheduling cycle per call, in batches (the gateway coalesces concurrent requests).
+
+Because each profile lives in its own process, the profiles a handler picks in one round run at
+the same time. A restarted profile actor (max_restarts=-1) rebuilds its plugins from the config it
+was constructed with; learned plugin state (the prefix index) starts empty again."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib
+import json
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError
+
+from actors.options import as_options
+from actors.protocol import ProfileCall, ProfileOutcome
+from scheduler import (
+    Endpoint,
+    ErrorCode,
+    LLMRequest,
+    PreRequest,
+    SchedulingError,
+    SchedulingResult,
+    build_plugins,
+    dump_config,
+    load_config,
+    run_profile,
+)
+from scheduler.cycle_state import profile_error_key
+from scheduler.trace import SchedulingTrace
+
+log = logging.getLogger("ray_epp.actors.profile")
+
+NO_ENDPOINTS = "no ready endpoints in the pool"
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    """A stable digest of a dumped EndpointPickerConfig (to tell whether an actor runs this config)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@ray.remote
+class ProfileActor:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        profile_name: str,
+        datastore_name: str,
+        namespace: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self._options = as_options(options)
+        for module in self._options.plugin_modules:
+            importlib.import_module(module)
+        cfg = load_config(config)
+        built = build_plugins(cfg, only_profiles=[profile_name])
+        if profile_name not in built.profiles:
+            known = [p.name for p in cfg.scheduling_profiles]
+            raise ValueError(f"profile {profile_name!r} is not in the config (profiles: {known})")
+        self._name = profile_name
+        self._digest = config_digest(dump_config(cfg))
+        self.profile = built.profiles[profile_name]
+        plugins = self.profile.plugins()
+        self._pre_request = [p for p in plugins if isinstance(p, PreRequest)]
+        self._complete = [p for p in plugins if callable(getattr(p, "response_complete", None))]
+        self._datastore_name = datastore_name
+        self._namespace = namespace or ray.get_runtime_context().namespace
+        self._datastore: Any = None
+        self._version = 0
+        self._endpoints: list[Endpoint] = []
+        self._snapshot_event = asyncio.Event()
+        self._intervals: deque[tuple[float, float]] = deque(maxlen=512)
+        self._calls = 0
+        self._hook_errors = 0
+        self._watch_errors = 0
+        self._watcher = asyncio.get_running_loop().create_task(self._watch_loop())
+
+    # --- the snapshot --------------------------------------------------------------------------
+
+    async def _watch_loop(self) -> None:
+        opts = self._options
+        while True:
+            try:
+                if self._datastore is None:
+                    self._datastore = ray.get_actor(self._datastore_name, namespace=self._namespace)
+                version, endpoints = await self._datastore.watch.remote(self._version, opts.watch_timeout_s)
+                if version != self._version:
+                    self._version, self._endpoints = version, endpoints
+                    self._snapshot_event.set()
+                    self._snapshot_event = asyncio.Event()
+                    if opts.snapshot_min_interval_s:
+                        await asyncio.sleep(opts.snapshot_min_interval_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # datastore restarting, gone, or not created yet: keep the last snapshot
+                self._watch_errors += 1
+                if isinstance(err, (ActorDiedError, ValueError)):
+                    self._datastore = None  # look it up by name again (it may be re-created)
+                log.debug("profile %s: watch failed: %s", self._name, err)
+                await asyncio.sleep(0.1)
+
+    async def ready(self, min_version: int = 1) -> int:
+        """Wait until a snapshot of at least `min_version` arrived; returns the version held."""
+        while self._version < min_version:
+            await self._snapshot_event.wait()
+        return self._version
+
+    # --- scheduling ----------------------------------------------------------------------------
+
+    async def run_batch(self, calls: list[ProfileCall]) -> list[ProfileOutcome]:
+        """Run the profile once per call, all on the current snapshot."""
+        started = time.time()
+        version, endpoints = self._version, self._endpoints
+        outcomes = [self._run_one(call, version, endpoints) for call in calls]
+        self._intervals.append((started, time.time()))
+        self._calls += len(calls)
+        return outcomes
+
+    def _run_one(self, call: ProfileCall, version: int, endpoints: list[Endpoint]) -> ProfileOutcome:
+        started = time.time()
+        trace = SchedulingTrace() if call.want_trace else None
+        result = None
+        error: SchedulingError | None = None
+        if not endpoints:
+            error = SchedulingError(ErrorCode.SERVICE_UNAVAILABLE, NO_ENDPOINTS)
+        else:
+            try:
+                result = run_profile(self.profile, call.request, call.cycle_state, endpoints, trace)
+            except Exception as err:  # a plugin bug fails this call, not the batch
+                log.exception("profile %s failed on request %s", self._name, call.request.request_id)
+                message = f"profile {self._name!r} failed: {type(err).__name__}: {err}"
+                error = SchedulingError(ErrorCode.INTERNAL, message)
+            else:
+                if result is None:
+                    cause = call.cycle_state.read(profile_error_key(self._name))
+                    error = (
+                        cause
+                        if isinstance(cause, SchedulingError)
+                        else SchedulingError(ErrorCode.INTERNAL, f"profile {self._name!r} failed")
+                    )
+        profile_trace = None if trace is None else trace.profiles.get(self._name)
+        return ProfileOutcome(result, error, profile_trace, version, started, time.time())
+
+    async def pre_request_batch(self, items: list[tuple[LLMRequest, SchedulingResult]]) -> None:
+        """Tell this profile's PreRequest plugins (e.g. the prefix index) where requests went."""
+        self._call_hooks(self._pre_request, "pre_request", items)
+
+    async def response_complete_batch(self, items: list[tuple[LLMRequest, str]]) -> None:
+        """Tell plugins that have `response_complete(request, endpoint_name)` a response finished."""
+        self._call_hooks(self._complete, "response_complete", items)
+
+    def _call_hooks(self, hooks: list[Any], method: str, items: list[tuple[Any, Any]]) -> None:
+        for args in items:
+            for hook in hooks:
+                try:
+                    getattr(hook, method)(*args)
+                except Exception as err:  # one plugin's bug must not stop the others learning
+                    self._hook_errors += 1
+                    log.warning("%s of %s failed: %s", method, hook.name, err)
+
+    async def run_intervals(self) -> list[tuple[float, float]]:
+        """(started, finished) wall-clock times of recent run_batch calls."""
+        return list(self._intervals)
+
+    async def info(self) -> dict[str, Any]:
+        return {
+            "profile": self._name,
+            "config_digest": self._digest,
+            "version": self._version,
+            "endpoints": [e.name for e in self._endpoints],
+            "plugins": [p.name for p in self.profile.plugins()],
+            "calls": self._calls,
+            "hook_errors": self._hook_errors,
+            "watch_errors": self._watch_errors,
+        }
+
+    def __repr__(self) -> str:  # shows in Ray's logs and errors
+        with contextlib.suppress(Exception):
+            return f"ProfileActor({self._name})"
+        return "ProfileActor"

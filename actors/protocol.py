@@ -1,0 +1,35 @@
+"""What the gateway sends a profile actor and what comes back: plain slotted dataclasses, pickled by
+Ray. A batch is a list of these, one per coalesced request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler import CycleState, LLMRequest, ProfileRunResult, SchedulingError
+
+
+@dataclass(slots=True)
+class ProfileCall:
+    """Run the actor's profile for `request`; `cycle_state` is the gateway's copy of the request's
+    state (what earlier rounds and the handler wrote). `want_trace` asks for the decision trace."""
+
+    request: LLMRequest
+    cycle_state: CycleState
+    want_trace: bool = False
+
+
+@dataclass(slots=True)
+class ProfileOutcome:
+    """One call's result: `result` is None when the profile failed, and `error` then says why (the
+    gateway writes it under `profile_error_key(name)` for the profile handler). `trace` is the
+    profile's part of the decision trace (`ProfileTrace.to_json()`), when asked for.
+    `snapshot_version` is the datastore version of the endpoints the profile ran on; `started` and
+    `finished` are wall-clock times (time.time()) around this call."""
+
+    result: ProfileRunResult | None
+    error: SchedulingError | None
+    trace: dict[str, Any] | None
+    snapshot_version: int
+    started: float
+    finished: float

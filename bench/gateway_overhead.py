@@ -1,0 +1,196 @@
+"""What a router adds on top of calling the model server directly, side by side in one run.
+
+Targets, each in front of the same fake workers (bench/fake_worker.py, answering at once):
+direct, the best minimal Ray Serve forwarder (bench/serve_forwarder.py), our gateway (`epp up`:
+a decision through the profile actors per request), sglang-router and vllm-router (optional
+extras, `pip install -e .[peers]`; skipped with a note when absent).
+
+Per target: sequential p50/p99 (and added over direct), closed-loop req/s at concurrency 32,
+streaming time to first byte (20 events, 10 ms apart), decision time (our gateway's
+scheduler e2e histogram). Writes bench/results/gateway_overhead.json and prints a Markdown table.
+
+    .venv/bin/python -m bench.gateway_overhead [--seq 500] [--seconds 8] [--targets direct serve epp ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.loadgen import closed_loop, sequential, stream_ttfb
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+WORKER_PORTS = [9101, 9102, 9103, 9104]
+BODY = json.dumps({"model": "fake-model", "prompt": "x" * 1900, "max_tokens": 16}).encode()  # ~2 KB
+STREAM_BODY = json.dumps({"model": "fake-model", "prompt": "hello", "max_tokens": 20, "stream": True}).encode()
+
+
+def _bin(name: str) -> str | None:
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else shutil.which(name)
+
+
+def _wait_http(url: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+            if r.status == 200:
+                return
+        time.sleep(0.3)
+    raise TimeoutError(f"{url} not ready after {timeout_s} s")
+
+
+@contextlib.contextmanager
+def _process(cmd: list[str], ready_url: str, log: Path):
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        try:
+            _wait_http(ready_url)
+            yield proc
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def targets(workers: list[str], tmp: Path) -> dict[str, tuple[list[str], str, str]]:
+    """name -> (command, readiness URL, base URL)"""
+    py = sys.executable
+    pods = tmp / "pods.json"
+    pods.write_text(
+        json.dumps([{"name": f"w{i}", "address": "127.0.0.1", "port": p} for i, p in enumerate(WORKER_PORTS)])
+    )
+    out = {
+        "serve-forwarder": (
+            [py, "-m", "bench.serve_forwarder", "--port", "8300", "--workers", *workers],
+            "http://127.0.0.1:8300/health",
+            "http://127.0.0.1:8300",
+        ),
+        "epp": (
+            [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port", "8400"],
+            "http://127.0.0.1:8400/ready",
+            "http://127.0.0.1:8400",
+        ),
+    }
+    if sg := _bin("sglang-router"):
+        out["sglang-router"] = (
+            [
+                sg,
+                "launch",
+                "--worker-urls",
+                *workers,
+                "--policy",
+                "cache_aware",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8500",
+            ],
+            "http://127.0.0.1:8500/health",
+            "http://127.0.0.1:8500",
+        )
+    if vr := _bin("vllm-router"):
+        out["vllm-router"] = (
+            [vr, "--worker-urls", *workers, "--policy", "cache_aware", "--host", "127.0.0.1", "--port", "8600"],
+            "http://127.0.0.1:8600/health",
+            "http://127.0.0.1:8600",
+        )
+    return out
+
+
+async def measure(base: str, n_seq: int, seconds: float) -> dict:
+    url = f"{base}/v1/completions"
+    seq = await sequential(url, BODY, n_seq)
+    rps, errors = await closed_loop(url, BODY, 32, seconds)
+    first, total = await stream_ttfb(url, STREAM_BODY, 30)
+    return {
+        "seq_p50_ms": seq.p50,
+        "seq_p99_ms": seq.pct(0.99),
+        "rps_c32": rps,
+        "errors_c32": errors,
+        "ttfb_p50_ms": first.p50,
+        "stream_total_p50_ms": total.p50,
+    }
+
+
+def decision_p50_ms(base: str) -> float | None:
+    """p50 of our scheduler's e2e histogram from /metrics (bucket upper bound)."""
+    with contextlib.suppress(OSError):
+        text = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
+        buckets = []
+        for line in text.splitlines():
+            if line.startswith("inference_extension_scheduler_e2e_duration_seconds_bucket"):
+                le = line.split('le="')[1].split('"')[0]
+                buckets.append((float("inf") if le == "+Inf" else float(le), float(line.rsplit(" ", 1)[1])))
+        if buckets and buckets[-1][1] > 0:
+            half = buckets[-1][1] / 2
+            return next(le for le, c in buckets if c >= half) * 1000
+    return None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seq", type=int, default=500)
+    p.add_argument("--seconds", type=float, default=8.0)
+    p.add_argument("--targets", nargs="*", default=None)
+    a = p.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    workers = [f"http://127.0.0.1:{port}" for port in WORKER_PORTS]
+    rows: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        worker_cmd = [sys.executable, "-m", "bench.fake_worker", "--ports", *map(str, WORKER_PORTS)]
+        with _process(worker_cmd, f"{workers[0]}/health", tmp / "workers.log"):
+            if a.targets is None or "direct" in a.targets:
+                rows["direct"] = asyncio.run(measure(workers[0], a.seq, a.seconds))
+                print("direct", rows["direct"], flush=True)
+            for name, (cmd, ready, base) in targets(workers, tmp).items():
+                if a.targets is not None and name not in a.targets:
+                    continue
+                try:
+                    with _process(cmd, ready, tmp / f"{name}.log"):
+                        rows[name] = asyncio.run(measure(base, a.seq, a.seconds))
+                        if name == "epp":
+                            rows[name]["decision_p50_ms_bucket"] = decision_p50_ms(base)
+                except Exception as err:  # a peer that fails to start is reported, not fatal
+                    rows[name] = {
+                        "error": f"{type(err).__name__}: {err}",
+                        "log_tail": (tmp / f"{name}.log").read_text()[-2000:],
+                    }
+                print(name, rows[name], flush=True)
+    direct = rows.get("direct", {}).get("seq_p50_ms")
+    for row in rows.values():
+        if direct and "seq_p50_ms" in row:
+            row["added_p50_ms"] = row["seq_p50_ms"] - direct
+    out = {"machine": f"{os.cpu_count()} cores", "when": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}
+    (RESULTS / "gateway_overhead.json").write_text(json.dumps(out, indent=2))
+    print("\n| target | seq p50 | added p50 | seq p99 | req/s @32 | stream TTFB p50 |")
+    print("|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        if "error" in r:
+            print(f"| {name} | failed: {r['error']} | | | | |")
+            continue
+        print(
+            f"| {name} | {r['seq_p50_ms']:.2f} ms | {r.get('added_p50_ms', 0):+.2f} ms | {r['seq_p99_ms']:.2f} ms "
+            f"| {r['rps_c32']:.0f} | {r['ttfb_p50_ms']:.1f} ms |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Forward a request to a model server with one pooled aiohttp session; relay the answer as it
+arrives (no buffering of SSE)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from scheduler import Endpoint
+from serve_app.parsing import HOP_HEADERS
+
+# Upstream answers worth retrying elsewhere, when nothing has reached the client yet.
+RETRYABLE_STATUS = frozenset({503})
+
+
+class UpstreamUnavailable(Exception):
+    """The endpoint could not take the request (connection failed, or 503 before the first byte)."""
+
+
+class Forwarder:
+    def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
+        self._timeout = aiohttp.ClientTimeout(total=total_timeout_s, sock_connect=connect_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, auto_decompress=False)
+        return self._session
+
+    async def open(
+        self, endpoint: Endpoint, path: str, body: bytes, headers: dict[str, str]
+    ) -> aiohttp.ClientResponse:
+        """Send the request; the caller reads (or streams) and releases the response."""
+        url = f"http://{endpoint.address}:{endpoint.port}{path}"
+        try:
+            resp = await self.session().post(url, data=body, headers=headers)
+        except (aiohttp.ClientConnectionError, TimeoutError) as err:
+            raise UpstreamUnavailable(f"{endpoint.name} ({endpoint.host_port}): {type(err).__name__}: {err}") from None
+        if resp.status in RETRYABLE_STATUS:
+            resp.release()
+            raise UpstreamUnavailable(f"{endpoint.name} ({endpoint.host_port}) answered {resp.status}")
+        return resp
+
+    async def post_json(self, endpoint: Endpoint, path: str, payload: dict, headers: dict[str, str]) -> dict:
+        """A non-streaming call whose JSON answer the gateway itself needs (e.g. a prefill step)."""
+        resp = await self.open(endpoint, path, json.dumps(payload).encode(), headers)
+        async with resp:
+            if resp.status != 200:
+                raise UpstreamUnavailable(f"{endpoint.name} answered {resp.status}: {(await resp.text())[:200]}")
+            return await resp.json(content_type=None)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def response_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
+    return {k: v for k, v in resp.headers.items() if k.lower() not in HOP_HEADERS}
+
+
+async def relay(resp: aiohttp.ClientResponse, is_sse: bool) -> AsyncIterator[bytes]:
+    """Chunks as they arrive. A failure after the first byte ends an SSE stream with an error
+    event rather than a torn connection; the upstream is released when the client goes away."""
+    try:
+        async for chunk in resp.content.iter_any():
+            yield chunk
+    except (aiohttp.ClientError, TimeoutError) as err:
+        if is_sse:
+            event = {"error": {"message": f"upstream failed mid-stream: {err}", "type": "bad_gateway", "code": "502"}}
+            yield f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n".encode()
+    finally:
+        resp.release()

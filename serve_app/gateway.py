@@ -1,0 +1,310 @@
+"""The Gateway: a Ray Serve deployment with a FastAPI ingress that schedules each OpenAI request
+through the profile actors and forwards it to the chosen model server.
+
+Any number of replicas share the same actors, hence the same scheduling state."""
+
+
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from ray import serve
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from actors.metrics_hub import MetricsPusher, MetricsRecorder, render
+from scheduler import (
+    CycleState,
+    ErrorCode,
+    LLMRequest,
+    SchedulingError,
+    SchedulingResult,
+    build_plugins,
+    load_config,
+    schedule_cycles,
+)
+from scheduler.plugins.filters.utilization_detector import UtilizationDetector
+from scheduler.trace import SchedulingTrace
+from serve_app.disagg import hand_off
+from serve_app.endpoint_view import EndpointView
+from serve_app.errors import GatewayError
+from serve_app.forwarder import Forwarder, UpstreamUnavailable, relay, response_headers
+from serve_app.parsing import ParsedRequest, parse_request
+from serve_app.ray_runner import RayProfileRunner
+from serve_app.settings import GatewaySettings
+
+log = logging.getLogger("ray_epp.gateway")
+
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+GATEWAY_SERVICE = "ray-epp-gateway"  # /health names the service, so launchers find our replicas
+app = FastAPI(title="Ray EPP gateway", docs_url=None, redoc_url=None)
+
+
+class GatewayCore:
+    """Everything a replica does, independent of Serve's decorators (so it can be tested and
+    benchmarked on its own)."""
+
+    def __init__(
+        self, config: dict, settings: dict, datastore: Any, profile_actors: dict[str, Any], hub: Any | None
+    ) -> None:
+        cfg = load_config(config)
+        built = build_plugins(cfg)
+        self.handler = built.handler
+        self.profiles = {p.name: p.name for p in cfg.scheduling_profiles}  # handles are opaque to the handler
+        detector = next((p for p in built.plugins.values() if isinstance(p, UtilizationDetector)), None)
+        self.settings = GatewaySettings.model_validate(settings)
+        self.detector = detector or UtilizationDetector(
+            params=UtilizationDetector.Parameters.model_validate(
+                {
+                    "queueDepthThreshold": self.settings.saturation_queue_depth,
+                    "kvCacheUtilThreshold": self.settings.saturation_kv_cache,
+                }
+            )
+        )
+        self.runner = RayProfileRunner(profile_actors)
+        self.view = EndpointView(datastore)
+        self.forwarder = Forwarder(self.settings.connect_timeout_s, self.settings.upstream_timeout_s)
+        self.recorder = MetricsRecorder()
+        self.hub = hub
+        self._pusher = MetricsPusher(self.recorder, f"gateway-{os.getpid()}", hub) if hub is not None else None
+        self._started = False
+
+    def ensure_started(self) -> None:
+        if not self._started:
+            self._started = True
+            self.view.start()
+            if self._pusher is not None:
+                self._pusher.start()
+
+    # ---- scheduling -------------------------------------------------------------------------
+    async def schedule(self, request: LLMRequest, trace: SchedulingTrace | None = None) -> SchedulingResult:
+        start = time.perf_counter()
+        status = "success"
+        try:
+            return await schedule_cycles(
+                self.handler,
+                self.profiles,
+                self.runner,
+                request,
+                None,
+                CycleState(),
+                trace,
+                self.recorder.plugin_timer,
+            )
+        except SchedulingError:
+            status = "failure"
+            raise
+        finally:
+            self.recorder.observe("inference_extension_scheduler_e2e_duration_seconds", time.perf_counter() - start)
+            self.recorder.inc("inference_extension_scheduler_attempts_total", (status, request.target_model))
+
+    def admit(self, request: LLMRequest) -> None:
+        """No endpoint: 503. Sheddable while the pool is saturated: 429 at once."""
+        if not self.view.endpoints:
+            raise GatewayError(503, "no ready model server in the pool", code=ErrorCode.SERVICE_UNAVAILABLE.value)
+        if request.sheddable and self.detector.is_pool_saturated(self.view.endpoints):
+            raise GatewayError(
+                429, "the pool is saturated; sheddable request shed", code=ErrorCode.RESOURCE_EXHAUSTED.value
+            )
+
+    # ---- the request path -------------------------------------------------------------------
+    async def handle(self, http: Request, path: str) -> Response:
+        self.ensure_started()
+        started = time.perf_counter()
+        model = "unknown"
+        try:
+            raw = await http.body()
+            parsed = parse_request(raw, dict(http.headers), path, self.settings, self.view.models or None)
+            req = parsed.llm_request
+            model = req.target_model
+            self.recorder.inc("inference_objective_request_total", (model, model, str(req.priority)))
+            self.admit(req)
+            trace = SchedulingTrace() if http.headers.get(self.settings.debug_header) else None
+            return await self._schedule_and_forward(parsed, path, raw, trace, started)
+        except GatewayError as err:
+            self.recorder.inc("inference_objective_request_error_total", (model, model, err.code or str(err.status)))
+            return err.response()
+
+    async def _schedule_and_forward(
+        self, parsed: ParsedRequest, path: str, raw: bytes, trace: SchedulingTrace | None, started: float
+    ) -> Response:
+        req = parsed.llm_request
+        excluded: set[str] = set()
+        last_error = ""
+        for _attempt in range(self.settings.max_retries + 1):
+            try:
+                result = await self.schedule(req, trace)
+            except SchedulingError as err:
+                if excluded:  # every candidate failed us
+                    raise GatewayError(503, f"no endpoint could serve the request: {last_error}") from None
+                raise GatewayError.from_scheduling(err) from None
+            target = result.target
+            self.runner.pre_request(req, result)
+            headers = dict(parsed.forward_headers)
+            body = raw
+            if result.prefill_profile_name is not None:
+                body = await self._prefill(req, result, path, raw, headers, trace)
+            try:
+                upstream = await self.forwarder.open(target, path, body, headers)
+            except UpstreamUnavailable as err:
+                last_error = str(err)
+                excluded.add(target.name)
+                req.excluded_endpoints = frozenset(excluded)
+                self.runner.response_complete(req, target.name)
+                continue
+            return await self._respond(parsed, result, upstream, trace, started)
+        raise GatewayError(503, f"no endpoint could serve the request after retries: {last_error}")
+
+    async def _prefill(self, req: LLMRequest, result: SchedulingResult, path: str, raw: bytes, headers: dict,
+                       trace: SchedulingTrace | None) -> bytes:
+        """The P/D hand-off: run the prefill step (or name the prefiller for a sidecar); returns the
+        body to send to the decode pod and adds the headers it needs."""
+        s = self.settings
+        try:
+            hand = await hand_off(self.forwarder, result, req.body, path, headers, s.pd_mode, s.pd_prefill_retries,
+                                  s.pd_prefill_failure)
+        except GatewayError:
+            self.recorder.inc("disagg_decision_total", ("pd",))
+            self.recorder.inc("disagg_prefill_failure_total", ("failed",))
+            raise
+        self.recorder.inc("disagg_decision_total", ("decode-only" if hand.decision == "decode-only" else "pd",))
+        if hand.decision == "pd-fallback":
+            self.recorder.inc("disagg_prefill_failure_total", ("decode-only",))
+        headers.update(hand.headers)
+        if trace is not None:
+            trace.extra["pd"] = hand.trace()
+        return hand.body if hand.body is not None else raw
+
+    async def _respond(self, parsed, result: SchedulingResult, upstream, trace, started: float) -> Response:
+        req = parsed.llm_request
+        target = result.target
+        headers = response_headers(upstream)
+        headers[DESTINATION_HEADER] = target.host_port
+        if trace is not None:
+            headers["x-epp-trace"] = json.dumps(
+                {**result.to_json(), "trace": trace.to_json()}, separators=(",", ":")
+            )
+        labels = (req.target_model, req.target_model)
+        is_sse = parsed.stream and upstream.status == 200
+        if not is_sse:
+            try:
+                body = await upstream.read()
+            finally:
+                upstream.release()
+                self._finish(req, target.name, labels, started, ttft=None)
+            return Response(body, status_code=upstream.status, headers=headers)
+
+        async def stream():
+            first = True
+            try:
+                async for chunk in relay(upstream, is_sse=True):
+                    if first:
+                        first = False
+                        self.recorder.observe(
+                            "inference_objective_request_ttft_seconds", time.perf_counter() - started, labels
+                        )
+                    yield chunk
+            finally:
+                self._finish(req, target.name, labels, started, ttft=None)
+
+        return StreamingResponse(stream(), status_code=upstream.status, headers=headers)
+
+    def _finish(self, req: LLMRequest, endpoint: str, labels, started: float, ttft: float | None) -> None:
+        self.recorder.observe("inference_objective_request_duration_seconds", time.perf_counter() - started, labels)
+        self.runner.response_complete(req, endpoint)
+
+    # ---- the rest of the surface ------------------------------------------------------------
+    async def pick(self, http: Request) -> Response:
+        """The decision without forwarding, for use behind another proxy."""
+        self.ensure_started()
+        try:
+            raw = await http.body()
+            path = http.query_params.get("path", "/v1/completions")
+            parsed = parse_request(raw, dict(http.headers), path, self.settings, self.view.models or None)
+            self.admit(parsed.llm_request)
+            trace = SchedulingTrace() if http.headers.get(self.settings.debug_header) else None
+            result = await self.schedule(parsed.llm_request, trace)
+        except GatewayError as err:
+            return err.response()
+        except SchedulingError as err:
+            return GatewayError.from_scheduling(err).response()
+        self.runner.pre_request(parsed.llm_request, result)
+        body: dict[str, Any] = result.to_json()
+        body["endpoints"] = {
+            name: None if r is None else [ep.host_port for ep in r.target_endpoints]
+            for name, r in result.profile_results.items()
+        }
+        if trace is not None:
+            body["trace"] = trace.to_json()
+        return JSONResponse(body, headers={DESTINATION_HEADER: result.target.host_port})
+
+    def models(self) -> Response:
+        self.ensure_started()
+        data = [{"id": m, "object": "model", "owned_by": "ray-epp"} for m in sorted(self.view.models)]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def ready(self) -> Response:
+        self.ensure_started()
+        await self.view.wait_first(2.0)
+        n = len(self.view.endpoints)
+        return JSONResponse({"ready": n > 0, "ready_endpoints": n}, status_code=200 if n else 503)
+
+    async def metrics(self) -> Response:
+        self.ensure_started()
+        states = [self.recorder.state()]
+        if self.hub is not None and self._pusher is not None:
+            await self._pusher.push_now()
+            states = await self.hub.states.remote()
+        eps = self.view.endpoints
+        n = len(eps) or 1
+        pool = "default"
+        gauges = {
+            "inference_pool_average_kv_cache_utilization": [
+                ((pool,), sum(e.metrics.kv_cache_usage_percent for e in eps) / n)
+            ],
+            "inference_pool_average_queue_size": [((pool,), sum(e.metrics.waiting_queue_size for e in eps) / n)],
+            "inference_pool_average_running_requests": [
+                ((pool,), sum(e.metrics.running_requests_size for e in eps) / n)
+            ],
+            "inference_pool_ready_pods": [((pool,), float(len(eps)))],
+        }
+        return Response(render(states, gauges), media_type="text/plain; version=0.0.4")
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=2048)
+@serve.ingress(app)
+class Gateway:
+    def __init__(self, config: dict, settings: dict, datastore: Any, profile_actors: dict, hub: Any = None) -> None:
+        self.core = GatewayCore(config, settings, datastore, profile_actors, hub)
+
+    @app.post("/v1/completions")
+    async def completions(self, request: Request) -> Response:
+        return await self.core.handle(request, "/v1/completions")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request) -> Response:
+        return await self.core.handle(request, "/v1/chat/completions")
+
+    @app.post("/v1/pick")
+    async def pick(self, request: Request) -> Response:
+        return await self.core.pick(request)
+
+    @app.get("/v1/models")
+    async def models(self) -> Response:
+        return self.core.models()
+
+    @app.get("/health")
+    async def health(self) -> Response:
+        return JSONResponse({"status": "ok", "service": GATEWAY_SERVICE})
+
+    @app.get("/ready")
+    async def ready(self) -> Response:
+        return await self.core.ready()
+
+    @app.get("/metrics")
+    async def metrics(self) -> Response:
+        return await self.core.metrics()
+
+

@@ -1,0 +1,378 @@
+"""The EPP actors on a real local Ray, scraping simulated vLLM pods over HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+ray = pytest.importorskip("ray")
+
+from actors import ActorOptions, PodSpec, ProfileCall, start_epp_actors, stop_epp_actors  # noqa: E402
+from actors.datastore import metrics_actor_name  # noqa: E402
+from actors.launcher import profile_actor_name  # noqa: E402
+from actors.placement import affinity_for, node_ids_by_ip  # noqa: E402
+from scheduler import (  # noqa: E402
+    CycleState,
+    ErrorCode,
+    LLMRequest,
+    Scheduler,
+    SchedulingResult,
+    SchedulingTrace,
+    load_config,
+)
+from simulator import PodConfig, start_sim_pods_in_thread  # noqa: E402
+from tests.actors import plugins_for_tests  # noqa: E402, F401  (registers the test plugins here too)
+
+CONFIG = """
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+  - pluginRef: max-score-picker
+"""
+
+# Two profiles that each take >= 60 ms per call; "b" also filters every endpoint out (it fails).
+TWO_PROFILES = """
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: all-profiles-handler
+- name: slow
+  type: test-sleep-filter
+  parameters: {sleepMs: 60}
+- name: nobody
+  type: label-selector-filter
+  parameters: {matchLabels: {role: none}}
+- type: queue-scorer
+- type: test-learned-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: a
+  plugins: [{pluginRef: slow}, {pluginRef: queue-scorer}, {pluginRef: test-learned-scorer}, {pluginRef: max-score-picker}]
+- name: b
+  plugins: [{pluginRef: slow}, {pluginRef: nobody}, {pluginRef: max-score-picker}]
+"""
+
+BLOCKS = {"sim-0": 1000, "sim-1": 2000, "sim-2": 3000}
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def fast_options(name: str, **overrides) -> ActorOptions:
+    values = {
+        "datastore_name": name,
+        "refresh_interval_s": 0.05,
+        "scrape_timeout_s": 0.3,
+        "heartbeat_s": 0.2,
+        "staleness_threshold_s": 0.8,
+        "unhealthy_after_failures": 3,
+        "check_interval_s": 0.05,
+        "snapshot_min_interval_s": 0.0,
+        "watch_timeout_s": 1.0,
+        "models_refresh_s": 1.0,
+        "plugin_modules": ["tests.actors.plugins_for_tests"],
+    }
+    values.update(overrides)
+    return ActorOptions(**values)
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def request(i: int = 0, model: str = MODEL) -> LLMRequest:
+    return LLMRequest(request_id=f"r{i}", target_model=model, body={"model": model, "prompt": f"hello {i}"})
+
+
+def status_of(epp, name: str) -> dict:
+    return next(row for row in ray.get(epp.datastore.status.remote()) if row["name"] == name)
+
+
+def snapshot_names(epp) -> set[str]:
+    return {e.name for e in ray.get(epp.datastore.snapshot.remote())[1]}
+
+
+def named_actors(prefix: str) -> set[str]:
+    return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix)}
+
+
+@pytest.fixture(scope="module")
+def sim():
+    configs = [PodConfig(name=n, num_gpu_blocks=b, max_loras=2 if n == "sim-0" else 4) for n, b in BLOCKS.items()]
+    with start_sim_pods_in_thread(configs) as cluster:
+        yield cluster
+
+
+def pod_specs(sim) -> list[PodSpec]:
+    return [PodSpec(name=p.name, address=p.address, port=p.port, labels=p.labels) for p in sim.pods]
+
+
+@pytest.fixture(scope="module")
+def epp(ray_session, sim):
+    actors = start_epp_actors(CONFIG, pod_specs(sim), options=fast_options("t-main"))
+    yield actors
+    stop_epp_actors(actors)
+
+
+def test_metrics_flow_from_pods_to_datastore_and_profile_actor(epp, sim):
+    # start_epp_actors returned after the first scrape of every pod: all are routable now
+    version, endpoints = ray.get(epp.datastore.snapshot.remote())
+    assert {e.name: e.metrics.cache_num_blocks for e in endpoints} == BLOCKS
+    by_name = {e.name: e for e in endpoints}
+    assert by_name["sim-0"].metrics.max_active_models == 2  # vllm:lora_requests_info{max_lora="2"}
+    assert by_name["sim-1"].metrics.cache_block_size == 16
+    assert by_name["sim-1"].port == sim.pods[1].port
+    assert by_name["sim-0"].metrics.update_time > time.time() - 60
+
+    info = ray.get(epp.profiles["default"].info.remote())
+    assert info["version"] >= version and set(info["endpoints"]) == set(BLOCKS)
+    wait_for(lambda: ray.get(epp.datastore.models.remote()) == [MODEL], what="served models")
+    rows = ray.get(epp.datastore.status.remote())
+    assert {r["state"] for r in rows} == {"ready"} and all(r["served_models"] == [MODEL] for r in rows)
+
+    # load on sim-1 shows up in the snapshot (reported on change, not at the next heartbeat only)
+    body = b'{"model": "%s", "prompt": "hi", "max_tokens": 400, "stream": true}' % MODEL.encode()
+    streams = []
+    for _ in range(3):
+        req = urllib.request.Request(sim.pods[1].url + "/v1/completions", data=body, method="POST")
+        req.add_header("Content-Type", "application/json")
+        streams.append(urllib.request.urlopen(req, timeout=10))
+    try:
+        wait_for(
+            lambda: any(
+                e.name == "sim-1" and e.metrics.running_requests_size > 0
+                for e in ray.get(epp.datastore.snapshot.remote())[1]
+            ),
+            timeout=5,
+            what="running requests of sim-1 in the snapshot",
+        )
+    finally:
+        for s in streams:
+            s.close()
+
+    stats = ray.get(ray.get(epp.datastore.metrics_actors.remote())["sim-0"].stats.remote())
+    assert stats["engine"] == "vllm" and stats["scrapes"] > 3 and stats["failures"] == 0
+    assert stats["reports"] < stats["scrapes"]  # idle pod: reported on change and heartbeat only
+
+
+def test_failing_pod_goes_unhealthy_then_recovers(epp, sim):
+    pod = sim.pods[2]
+    pod.set_failures({"metrics_garbage_rate": 1.0})
+    try:
+        wait_for(lambda: status_of(epp, "sim-2")["state"] == "unhealthy", what="sim-2 unhealthy")
+        assert "sim-2" not in snapshot_names(epp)
+        row = status_of(epp, "sim-2")
+        assert row["consecutive_failures"] >= 3 and "bad metrics" in row["last_error"]
+        info = wait_for(
+            lambda: (i := ray.get(epp.profiles["default"].info.remote())) and "sim-2" not in i["endpoints"] and i,
+            what="profile snapshot without sim-2",
+        )
+        assert set(info["endpoints"]) == {"sim-0", "sim-1"}
+    finally:
+        pod.set_failures({})
+    wait_for(lambda: "sim-2" in snapshot_names(epp), what="sim-2 back in the snapshot")
+    assert status_of(epp, "sim-2")["consecutive_failures"] == 0
+
+
+def test_slow_pod_times_out_and_silent_pod_goes_stale(epp, sim):
+    pod = sim.pods[1]
+    pod.set_failures({"metrics_delay_s": 1.0})  # > scrape_timeout_s
+    try:
+        wait_for(lambda: status_of(epp, "sim-1")["state"] == "unhealthy", what="sim-1 unhealthy by timeouts")
+        assert "timed out" in status_of(epp, "sim-1")["last_error"]
+    finally:
+        pod.set_failures({})
+    wait_for(lambda: status_of(epp, "sim-1")["state"] == "ready", what="sim-1 ready again")
+
+    # a metrics actor that stops reporting: the periodic check marks the pod stale
+    actor = ray.get(epp.datastore.metrics_actors.remote())["sim-0"]
+    assert ray.get(actor.stop.remote()) is True
+    try:
+        wait_for(lambda: status_of(epp, "sim-0")["state"] == "stale", what="sim-0 stale")
+        assert "sim-0" not in snapshot_names(epp)
+    finally:
+        ray.get(actor.start.remote())
+    wait_for(lambda: "sim-0" in snapshot_names(epp), what="sim-0 re-admitted")
+
+
+def test_add_and_remove_pods_at_run_time(epp, sim):
+    before = ray.get(epp.datastore.version.remote())
+    extra = PodSpec(name="extra", address=sim.pods[0].address, port=sim.pods[0].port, labels={"x": "1"})
+    assert ray.get(epp.datastore.add_pod.remote(extra)) == {"added": ["extra"], "removed": [], "replaced": []}
+    wait_for(lambda: "extra" in snapshot_names(epp), what="extra in the snapshot")
+    assert ray.get(epp.datastore.version.remote()) > before
+    assert metrics_actor_name("t-main", "extra") in named_actors("t-main:metrics:")
+    wait_for(lambda: "extra" in ray.get(epp.profiles["default"].info.remote())["endpoints"], what="profile sees extra")
+
+    # the same name with other labels: the pod is replaced (a new metrics actor under the same name)
+    relabelled = extra.model_copy(update={"labels": {"x": "2"}})
+    assert ray.get(epp.datastore.add_pod.remote(relabelled))["replaced"] == ["extra"]
+    wait_for(
+        lambda: any(e.name == "extra" and e.labels == {"x": "2"} for e in ray.get(epp.datastore.snapshot.remote())[1]),
+        what="relabelled extra in the snapshot",
+    )
+
+    assert ray.get(epp.datastore.remove_pod.remote("extra")) is True
+    assert "extra" not in snapshot_names(epp)
+    wait_for(lambda: metrics_actor_name("t-main", "extra") not in named_actors("t-main:metrics:"), what="actor gone")
+    assert ray.get(epp.datastore.remove_pod.remote("extra")) is False
+    with pytest.raises(ray.exceptions.RayTaskError, match="unique"):
+        ray.get(epp.datastore.set_pods.remote([extra, extra]))
+
+
+def test_datastore_restart_rebuilds_from_metrics_actors(epp, sim):
+    # change the pod set at run time first: the rebuilt datastore must reflect it, not its constructor args
+    ray.get(epp.datastore.remove_pod.remote("sim-2"))
+    moved = PodSpec(name="late", address=sim.pods[2].address, port=sim.pods[2].port)
+    ray.get(epp.datastore.add_pod.remote(moved))
+    wait_for(lambda: snapshot_names(epp) == {"sim-0", "sim-1", "late"}, what="run-time pod set")
+    version_before = ray.get(epp.datastore.version.remote())
+
+    ray.kill(epp.datastore, no_restart=False)
+    # a new incarnation starts its versions at the clock, above every version of the old one
+    wait_for(lambda: (_or_none(epp.datastore.version) or 0) > version_before + 10**5, timeout=30, what="restart")
+    assert _or_none(epp.datastore.pods) is not None
+    assert {p["name"] for p in ray.get(epp.datastore.pods.remote())} == {"sim-0", "sim-1", "late"}
+    wait_for(lambda: snapshot_names(epp) == {"sim-0", "sim-1", "late"}, what="rebuilt snapshot")
+    version_after = ray.get(epp.datastore.version.remote())
+    # the profile actor re-attached to the restarted datastore and follows its versions
+    assert ray.get(epp.profiles["default"].ready.remote(version_after), timeout=10) >= version_after
+
+    ray.get(epp.datastore.set_pods.remote(pod_specs(sim)))  # back to the module's pod set
+    wait_for(lambda: snapshot_names(epp) == set(BLOCKS), what="original pods")
+
+
+def _or_none(method):
+    try:
+        return ray.get(method.remote(), timeout=5)
+    except Exception:
+        return None
+
+
+def test_run_batch_matches_in_process_scheduler(epp):
+    actor = epp.profiles["default"]
+    version, endpoints = ray.get(epp.datastore.snapshot.remote())
+    ray.get(actor.ready.remote(version))
+    calls = [ProfileCall(request(i), CycleState(), want_trace=True) for i in range(5)]
+    outcomes = ray.get(actor.run_batch.remote(calls))
+    sched = Scheduler.from_config(load_config(CONFIG))
+    for i, outcome in enumerate(outcomes):
+        assert outcome.error is None and outcome.result is not None
+        assert outcome.started <= outcome.finished
+        if outcome.snapshot_version != version:
+            continue  # metrics moved between the two reads: nothing to compare
+        trace = SchedulingTrace()
+        expected = sched.schedule(request(i), endpoints, trace=trace)
+        ours = outcome.trace
+        assert ours["totals"] == trace.profiles["default"]["totals"]
+        best = max(ours["totals"].values())
+        winner = outcome.result.target_endpoints[0].name
+        assert ours["totals"][winner] == best
+        assert expected.target.name in {n for n, s in ours["totals"].items() if s == best}
+
+
+def test_starting_again_reuses_the_named_actors(epp, sim):
+    again = start_epp_actors(CONFIG, pod_specs(sim), options=fast_options("t-main"))
+    assert again.datastore._actor_id == epp.datastore._actor_id
+    assert again.profiles["default"]._actor_id == epp.profiles["default"]._actor_id
+    handle = ray.get_actor(profile_actor_name("t-main", "default"), namespace=epp.namespace)
+    assert handle._actor_id == epp.profiles["default"]._actor_id
+
+
+def test_profile_actor_survives_a_kill(epp):
+    actor = epp.profiles["default"]
+    ray.get(actor.run_batch.remote([ProfileCall(request(), CycleState())]))
+    ray.kill(actor, no_restart=False)
+    version = ray.get(epp.datastore.version.remote())
+    assert wait_for(lambda: _ready_or_none(actor, version), timeout=30, what="restarted profile actor")
+    [outcome] = ray.get(actor.run_batch.remote([ProfileCall(request(), CycleState())]))
+    assert outcome.result is not None and outcome.result.target_endpoints[0].name in BLOCKS
+    assert ray.get(actor.info.remote())["calls"] == 1  # a fresh process
+
+
+def _ready_or_none(actor, version):
+    try:
+        return ray.get(actor.ready.remote(version), timeout=5)
+    except Exception:
+        return None
+
+
+def test_two_profile_actors_run_at_the_same_time_and_report_errors(ray_session, sim):
+    epp2 = start_epp_actors(TWO_PROFILES, [], options=fast_options("t-two"))
+    try:
+        a, b = epp2.profiles["a"], epp2.profiles["b"]
+        # an empty pool: every call fails with ServiceUnavailable
+        [empty] = ray.get(a.run_batch.remote([ProfileCall(request(), CycleState())]))
+        assert empty.result is None and empty.error.code is ErrorCode.SERVICE_UNAVAILABLE
+
+        ray.get(epp2.datastore.add_pod.remote(pod_specs(sim)[0]))
+        for actor in (a, b):
+            wait_for(lambda actor=actor: ray.get(actor.info.remote())["endpoints"] == ["sim-0"], what="one endpoint")
+        calls = [ProfileCall(request(i), CycleState(), want_trace=True) for i in range(3)]  # 3 x 60 ms a batch
+        for _ in range(2):  # the first round warms both processes up
+            outs_a, outs_b = ray.get([a.run_batch.remote(calls), b.run_batch.remote(calls)])
+        assert all(o.result.target_endpoints[0].name == "sim-0" for o in outs_a)
+        # profile b filters everything out: result None, the error, and a trace that shows why
+        assert all(o.result is None and o.error.code is ErrorCode.INTERNAL for o in outs_b)
+        assert outs_b[0].trace["error"] and outs_b[0].trace["filters"][1]["kept"] == []
+
+        (start_a, end_a), (start_b, end_b) = (
+            ray.get(a.run_intervals.remote())[-1],
+            ray.get(b.run_intervals.remote())[-1],
+        )
+        assert end_a - start_a >= 0.15 and end_b - start_b >= 0.15
+        overlap = min(end_a, end_b) - max(start_a, start_b)
+        assert overlap > 0.1, f"profile runs did not overlap: a={start_a:.3f}-{end_a:.3f} b={start_b:.3f}-{end_b:.3f}"
+
+        # the learned scorer's state lives in actor a: pre_request teaches it, response_complete undoes it
+        def learned(outcome):
+            return next(s["scores"] for s in outcome.trace["scorers"] if s["type"] == "test-learned-scorer")
+
+        assert learned(outs_a[0]) == {"sim-0": 0.0}
+        decision = SchedulingResult({"a": outs_a[0].result, "b": None}, "a")
+        ray.get(a.pre_request_batch.remote([(request(), decision)]))
+        [taught] = ray.get(a.run_batch.remote([ProfileCall(request(), CycleState(), want_trace=True)]))
+        assert learned(taught) == {"sim-0": 1.0}
+        ray.get(a.response_complete_batch.remote([(request(), "sim-0")]))
+        [forgot] = ray.get(a.run_batch.remote([ProfileCall(request(), CycleState(), want_trace=True)]))
+        assert learned(forgot) == {"sim-0": 0.0}
+        assert ray.get(a.info.remote())["hook_errors"] == 0
+    finally:
+        stop_epp_actors(epp2)
+    assert not named_actors("t-two:")
+
+
+def test_metrics_actors_exit_when_their_datastore_is_gone(ray_session, sim):
+    epp4 = start_epp_actors(CONFIG, pod_specs(sim)[:1], options=fast_options("t-orphan"))
+    assert named_actors("t-orphan:metrics:") == {"t-orphan:metrics:sim-0"}
+    for actor in epp4.profiles.values():
+        ray.kill(actor, no_restart=True)
+    ray.kill(epp4.datastore, no_restart=True)  # no shutdown(): the detached metrics actors are orphans
+    wait_for(lambda: not named_actors("t-orphan:metrics:"), timeout=15, what="orphaned metrics actors to exit")
+
+
+def test_placement_prefers_the_pods_ray_node(ray_session):
+    nodes = ray.nodes()
+    ips = node_ids_by_ip(nodes)
+    ip, node_id = next(iter(ips.items()))
+    strategy = affinity_for(ip, ips)
+    assert strategy is not None and strategy.node_id == node_id and strategy.soft is True
+    assert affinity_for("10.255.255.1", ips) is None

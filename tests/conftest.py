@@ -1,0 +1,39 @@
+"""Shared fixtures. `ray_session` starts one local Ray for the whole test session, and only when a
+test asks for it (starting Ray costs ~10 s here)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+RAY_TEST_NAMESPACE = "ray-epp-tests"
+# The gateway tests' Serve replica answers here (direct ingress); Serve's proxy at +88.
+GATEWAY_TEST_PORT = 18400
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray (2 CPUs, no dashboard, 127.0.0.1), started once per session, shut down at the end.
+
+    Workers import project modules (and test-only plugins under tests/) because Ray puts the
+    driver's working directory on their sys.path: run pytest from the repository root."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from serve_app.launch import serve_fast_path_env
+
+    serve_fast_path_env(GATEWAY_TEST_PORT, 2)  # before Ray starts: Serve's processes inherit it
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            namespace=RAY_TEST_NAMESPACE,
+            _node_ip_address="127.0.0.1",
+        )
+        started = True
+    yield ray
+    if started:
+        ray.shutdown()

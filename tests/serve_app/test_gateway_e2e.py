@@ -1,0 +1,264 @@
+"""The product as users meet it: a real Ray Serve gateway, real actors, simulated vLLM pods on
+127.0.0.1. One deployment for the module; the test that kills every pod runs last."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import GATEWAY_TEST_PORT
+
+pytestmark = pytest.mark.ray
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def sim():
+    from simulator import make_pod_configs, start_sim_pods_in_thread
+
+    cluster = start_sim_pods_in_thread(make_pod_configs(3, max_num_seqs=4), time_scale=1.0, seed=7)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(ray_session, sim):
+    from actors.launcher import PodSpec
+    from serve_app.launch import EppDeployment
+
+    pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
+    dep = EppDeployment.start(
+        config_path="configs/default.yaml",
+        pods=pods,
+        settings={"max_body_bytes": 1_000_000, "objectives": {"batch": -1, "chat": 1}},
+        port=GATEWAY_TEST_PORT,
+    )
+    yield dep
+    dep.stop()
+
+
+@pytest.fixture()
+def client(gateway):
+    with httpx.Client(base_url=gateway.url, timeout=60) as c:
+        yield c
+
+
+def destination(resp: httpx.Response, sim) -> str:
+    host_port = resp.headers["x-gateway-destination-endpoint"]
+    return next(p.name for p in sim.pods if host_port.endswith(f":{p.port}"))
+
+
+def wait_until(predicate, timeout_s: float = 10.0, every_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError("condition not reached in time")
+
+
+def test_completion_is_forwarded_with_destination(client, sim):
+    resp = client.post("/v1/completions", json={"model": MODEL, "prompt": "Hello", "max_tokens": 5})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["choices"][0]["text"]
+    assert destination(resp, sim) in {p.name for p in sim.pods}
+    assert resp.headers["x-inference-pod"] == destination(resp, sim)
+
+
+def test_health_ready_models_metrics(client):
+    assert client.get("/health").status_code == 200
+    ready = client.get("/ready")
+    assert ready.status_code == 200 and ready.json()["ready_endpoints"] == 3
+    assert MODEL in [m["id"] for m in client.get("/v1/models").json()["data"]]
+    client.post("/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 1})
+    text = client.get("/metrics").text
+    for name in (
+        "inference_extension_scheduler_e2e_duration_seconds_bucket",
+        "inference_objective_request_total",
+        "inference_extension_plugin_duration_seconds",
+        "inference_pool_average_kv_cache_utilization",
+        "inference_pool_ready_pods",
+    ):
+        assert name in text, name
+
+
+def test_streaming_arrives_incrementally(client):
+    arrivals = []
+    body = {"model": MODEL, "stream": True, "max_tokens": 40, "messages": [{"role": "user", "content": "hi"}]}
+    with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                arrivals.append((time.monotonic(), line))
+    assert arrivals[-1][1] == "data: [DONE]"
+    assert len(arrivals) > 10
+    # 40 tokens at several ms each: the first event must come well before the last.
+    assert arrivals[-1][0] - arrivals[0][0] > 0.05
+
+
+def test_openai_client_works(gateway):
+    from openai import OpenAI
+
+    oai = OpenAI(base_url=f"{gateway.url}/v1", api_key="unused")
+    out = oai.completions.create(model=MODEL, prompt="Hello there", max_tokens=4)
+    assert out.choices[0].text
+    chunks = list(
+        oai.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=6, stream=True
+        )
+    )
+    assert any(c.choices and c.choices[0].delta.content for c in chunks)
+
+
+def test_prefix_goes_back_to_the_pod_that_has_it(client, sim):
+    shared = "You are a meticulous assistant. " * 120  # ~3,800 chars: ~60 prefix blocks
+    first = client.post("/v1/completions", json={"model": MODEL, "prompt": shared + "Q0", "max_tokens": 2})
+    assert first.status_code == 200
+    home = destination(first, sim)
+    time.sleep(0.2)
+    later = [
+        destination(
+            client.post("/v1/completions", json={"model": MODEL, "prompt": shared + f"Q{i}", "max_tokens": 2}), sim
+        )
+        for i in range(1, 6)
+    ]
+    assert later == [home] * 5
+
+
+@pytest.mark.parametrize(
+    ("content", "headers", "status", "fragment"),
+    [
+        (b"{not json", {}, 400, "not valid JSON"),
+        (json.dumps({"prompt": "x"}).encode(), {}, 400, "'model' is required"),
+        (json.dumps({"model": "nope", "prompt": "x"}).encode(), {}, 404, "does not exist"),
+        (json.dumps({"model": MODEL, "prompt": "x" * 1_200_000}).encode(), {}, 413, "exceeds the limit"),
+        (
+            json.dumps({"model": MODEL, "prompt": "x"}).encode(),
+            {"x-gateway-inference-objective": "vip"},
+            400,
+            "unknown inference objective",
+        ),
+        (json.dumps({"model": MODEL}).encode(), {}, 400, "'prompt' is required"),
+    ],
+)
+def test_bad_input_gets_openai_errors(client, content, headers, status, fragment):
+    resp = client.post("/v1/completions", content=content, headers={"content-type": "application/json", **headers})
+    assert resp.status_code == status
+    err = resp.json()["error"]
+    assert fragment in err["message"]
+    assert set(err) == {"message", "type", "param", "code"}
+
+
+def test_debug_header_returns_trace_and_pick_endpoint(client):
+    resp = client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": "trace me", "max_tokens": 1}, headers={"x-epp-debug": "1"}
+    )
+    trace = json.loads(resp.headers["x-epp-trace"])
+    prof = trace["trace"]["profiles"]["default"]
+    assert {s["type"] for s in prof["scorers"]} == {
+        "queue-scorer",
+        "kv-cache-utilization-scorer",
+        "prefix-cache-scorer",
+    }
+    assert prof["picked"] == trace["profiles"]["default"]
+    pick = client.post("/v1/pick", json={"model": MODEL, "prompt": "where would you go"})
+    assert pick.status_code == 200
+    assert pick.json()["primary_profile"] == "default"
+    assert pick.headers["x-gateway-destination-endpoint"] == pick.json()["endpoints"]["default"][0]
+
+
+def test_loaded_pod_is_avoided(client, sim):
+    busy = sim.pods[0]
+    with httpx.Client(timeout=120) as direct:
+        # Fill pod 0's 4 slots and queue more behind them: long decodes.
+        import threading
+
+        def hammer():
+            direct.post(f"{busy.url}/v1/completions", json={"model": MODEL, "prompt": "load", "max_tokens": 400})
+
+        threads = [threading.Thread(target=hammer, daemon=True) for _ in range(12)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: busy.snapshot()["waiting_queue_size"] >= 5, timeout_s=10)
+        time.sleep(0.3)  # a few scrapes
+        picks = [
+            destination(client.post("/v1/completions", json={"model": MODEL, "prompt": f"n{i}", "max_tokens": 1}), sim)
+            for i in range(8)
+        ]
+        assert busy.name not in picks
+        for t in threads:
+            t.join()
+
+
+def test_sheddable_is_shed_when_saturated_and_critical_is_served(client, sim):
+    import threading
+
+    with httpx.Client(timeout=120) as direct:
+
+        def hammer(url):
+            direct.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "load", "max_tokens": 300})
+
+        threads = [threading.Thread(target=hammer, args=(p.url,), daemon=True) for p in sim.pods for _ in range(10)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: all(p.snapshot()["waiting_queue_size"] >= 5 for p in sim.pods), timeout_s=10)
+        time.sleep(0.3)
+        shed = client.post(
+            "/v1/completions",
+            json={"model": MODEL, "prompt": "x", "max_tokens": 1},
+            headers={"x-gateway-inference-objective": "batch"},
+        )
+        assert shed.status_code == 429
+        assert shed.json()["error"]["code"] == "ResourceExhausted"
+        critical = client.post(
+            "/v1/completions",
+            json={"model": MODEL, "prompt": "x", "max_tokens": 1},
+            headers={"x-gateway-inference-objective": "chat"},
+        )
+        assert critical.status_code == 200
+        for t in threads:
+            t.join()
+
+
+def test_503_before_first_byte_is_retried_elsewhere(client, sim):
+    bad = sim.pods[1]
+    bad.set_failures({"rate": 1.0, "types": ["503"]})
+    try:
+        for i in range(6):
+            resp = client.post("/v1/completions", json={"model": MODEL, "prompt": f"r{i}", "max_tokens": 1})
+            assert resp.status_code == 200
+            assert destination(resp, sim) != bad.name
+    finally:
+        bad.set_failures({"rate": 0.0})
+
+
+def test_stale_metrics_take_a_pod_out_and_back(client, sim):
+    flaky = sim.pods[2]
+    flaky.set_failures({"metrics_garbage_rate": 1.0})
+    try:
+        wait_until(lambda: client.get("/ready").json()["ready_endpoints"] == 2, timeout_s=15)
+        picks = {
+            destination(client.post("/v1/completions", json={"model": MODEL, "prompt": f"s{i}", "max_tokens": 1}), sim)
+            for i in range(10)
+        }
+        assert flaky.name not in picks
+    finally:
+        flaky.set_failures({"metrics_garbage_rate": 0.0})
+    wait_until(lambda: client.get("/ready").json()["ready_endpoints"] == 3, timeout_s=15)
+
+
+def test_zz_no_ready_pod_is_503(client, sim):
+    """Runs last: stops every pod."""
+    for p in sim.pods:
+        p.stop()
+    wait_until(lambda: client.get("/ready").status_code == 503, timeout_s=20)
+    resp = client.post("/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 1})
+    assert resp.status_code == 503
+    assert resp.json()["error"]["type"] == "service_unavailable"
