@@ -289,7 +289,7 @@ class DatastoreActor:
             "max_restarts": -1,
             "num_cpus": self._options.metrics_num_cpus,
         }
-        strategy = affinity_for(spec.address, node_ids)
+        strategy = affinity_for(spec.address, node_ids, ray.get_runtime_context().get_node_id())
         if strategy is not None:
             opts["scheduling_strategy"] = strategy
         me = ray.get_runtime_context().current_actor

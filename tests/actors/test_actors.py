@@ -60,7 +60,11 @@ plugins:
 - type: max-score-picker
 schedulingProfiles:
 - name: a
-  plugins: [{pluginRef: slow}, {pluginRef: queue-scorer}, {pluginRef: test-learned-scorer}, {pluginRef: max-score-picker}]
+  plugins:
+  - pluginRef: slow
+  - pluginRef: queue-scorer
+  - pluginRef: test-learned-scorer
+  - pluginRef: max-score-picker
 - name: b
   plugins: [{pluginRef: slow}, {pluginRef: nobody}, {pluginRef: max-score-picker}]
 """
@@ -376,3 +380,7 @@ def test_placement_prefers_the_pods_ray_node(ray_session):
     strategy = affinity_for(ip, ips)
     assert strategy is not None and strategy.node_id == node_id and strategy.soft is True
     assert affinity_for("10.255.255.1", ips) is None
+    # a loopback pod is on the caller's machine
+    local = ray.get_runtime_context().get_node_id()
+    assert affinity_for("127.0.0.1", {}, local).node_id == local
+    assert affinity_for("127.0.0.1", {}) is None
