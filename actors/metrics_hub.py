@@ -158,7 +158,13 @@ class MetricsHub:
 
 
 def get_or_create_hub(namespace: str | None = None) -> Any:
-    return MetricsHub.options(name=HUB_NAME, namespace=namespace, get_if_exists=True, lifetime=None).remote()
+    """The named hub; detached, so it does not die with whichever process created it first."""
+    return MetricsHub.options(name=HUB_NAME, namespace=namespace, get_if_exists=True, lifetime="detached").remote()
+
+
+def stop_hub(namespace: str | None = None) -> None:
+    with contextlib.suppress(Exception):
+        ray.kill(ray.get_actor(HUB_NAME, namespace=namespace), no_restart=True)
 
 
 class MetricsPusher:

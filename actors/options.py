@@ -71,6 +71,8 @@ class ActorOptions(BaseModel):
     profile_max_task_retries: int = Field(0, ge=-1)
     # Modules to import in every profile actor before its config is built: custom plugins.
     plugin_modules: list[str] = Field(default_factory=list)
+    # Profile actors push their plugin timings to the metrics hub (for /metrics).
+    push_plugin_metrics: bool = True
     # GIE's core-metrics-extractor parameters (engineLabelKey, defaultEngine, engineConfigs).
     metrics_extractor: dict[str, Any] | None = None
 

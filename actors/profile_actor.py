@@ -21,8 +21,9 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError
 
+from actors.metrics_hub import MetricsPusher, MetricsRecorder, get_or_create_hub
 from actors.options import as_options
-from actors.protocol import ProfileCall, ProfileOutcome
+from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome
 from scheduler import (
     Endpoint,
     ErrorCode,
@@ -82,6 +83,8 @@ class ProfileActor:
         self._calls = 0
         self._hook_errors = 0
         self._watch_errors = 0
+        self._recorder = MetricsRecorder()
+        self._pusher: MetricsPusher | None = None
         self._watcher = asyncio.get_running_loop().create_task(self._watch_loop())
 
     # --- the snapshot --------------------------------------------------------------------------
@@ -116,14 +119,44 @@ class ProfileActor:
 
     # --- scheduling ----------------------------------------------------------------------------
 
-    async def run_batch(self, calls: list[ProfileCall]) -> list[ProfileOutcome]:
-        """Run the profile once per call, all on the current snapshot."""
+    async def run_batch(self, items: list[ProfileCall | ProfileEvent]) -> list[ProfileOutcome | None]:
+        """Apply events and run the profile once per call, in order, all on the current snapshot."""
         started = time.time()
         version, endpoints = self._version, self._endpoints
-        outcomes = [self._run_one(call, version, endpoints) for call in calls]
+        out: list[ProfileOutcome | None] = []
+        for item in items:
+            if isinstance(item, ProfileCall):
+                out.append(self._run_one(item, version, endpoints))
+                self._calls += 1
+            else:
+                self._apply(item)
+                out.append(None)
         self._intervals.append((started, time.time()))
-        self._calls += len(calls)
-        return outcomes
+        self._start_pusher()
+        return out
+
+    def _apply(self, event: ProfileEvent) -> None:
+        if event.kind == "pre_request" and event.result is not None:
+            self._hooks(self._pre_request, "pre_request", event.request, event.result)
+        elif event.kind == "response_complete" and event.endpoint_name is not None:
+            self._hooks(self._complete, "response_complete", event.request, event.endpoint_name)
+
+    def _hooks(self, plugins: list, method: str, *args: Any) -> None:
+        for hook in plugins:
+            try:
+                getattr(hook, method)(*args)
+            except Exception as err:  # a plugin bug must not lose the other plugins' updates
+                self._hook_errors += 1
+                log.warning("%s of %s failed: %s", method, hook.name, err)
+
+    def _start_pusher(self) -> None:
+        """Plugin timings go to the metrics hub (once one exists), like the gateway's own."""
+        if self._pusher is None and self._options.push_plugin_metrics:
+            with contextlib.suppress(Exception):
+                self._pusher = MetricsPusher(
+                    self._recorder, f"profile-{self._name}", get_or_create_hub(self._namespace)
+                )
+                self._pusher.start()
 
     def _run_one(self, call: ProfileCall, version: int, endpoints: list[Endpoint]) -> ProfileOutcome:
         started = time.time()
@@ -134,7 +167,9 @@ class ProfileActor:
             error = SchedulingError(ErrorCode.SERVICE_UNAVAILABLE, NO_ENDPOINTS)
         else:
             try:
-                result = run_profile(self.profile, call.request, call.cycle_state, endpoints, trace)
+                result = run_profile(
+                    self.profile, call.request, call.cycle_state, endpoints, trace, self._recorder.plugin_timer
+                )
             except Exception as err:  # a plugin bug fails this call, not the batch
                 log.exception("profile %s failed on request %s", self._name, call.request.request_id)
                 message = f"profile {self._name!r} failed: {type(err).__name__}: {err}"
@@ -152,20 +187,13 @@ class ProfileActor:
 
     async def pre_request_batch(self, items: list[tuple[LLMRequest, SchedulingResult]]) -> None:
         """Tell this profile's PreRequest plugins (e.g. the prefix index) where requests went."""
-        self._call_hooks(self._pre_request, "pre_request", items)
+        for request, result in items:
+            self._hooks(self._pre_request, "pre_request", request, result)
 
     async def response_complete_batch(self, items: list[tuple[LLMRequest, str]]) -> None:
         """Tell plugins that have `response_complete(request, endpoint_name)` a response finished."""
-        self._call_hooks(self._complete, "response_complete", items)
-
-    def _call_hooks(self, hooks: list[Any], method: str, items: list[tuple[Any, Any]]) -> None:
-        for args in items:
-            for hook in hooks:
-                try:
-                    getattr(hook, method)(*args)
-                except Exception as err:  # one plugin's bug must not stop the others learning
-                    self._hook_errors += 1
-                    log.warning("%s of %s failed: %s", method, hook.name, err)
+        for request, endpoint_name in items:
+            self._hooks(self._complete, "response_complete", request, endpoint_name)
 
     async def run_intervals(self) -> list[tuple[float, float]]:
         """(started, finished) wall-clock times of recent run_batch calls."""

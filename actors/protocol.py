@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler import CycleState, LLMRequest, ProfileRunResult, SchedulingError
+from scheduler import CycleState, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
 
 
 @dataclass(slots=True)
@@ -33,3 +33,16 @@ class ProfileOutcome:
     snapshot_version: int
     started: float
     finished: float
+
+
+@dataclass(slots=True)
+class ProfileEvent:
+    """Something the profile's stateful plugins must learn, riding in a run_batch with the calls:
+    `pre_request` (the final decision, `result`) or `response_complete` (`endpoint_name` finished
+    serving). Events apply in order before the calls after them in the same batch, so request N's
+    decision is known when request N+1 is scheduled. Their slot in the answer is None."""
+
+    kind: str  # "pre_request" | "response_complete"
+    request: LLMRequest
+    result: SchedulingResult | None = None
+    endpoint_name: str | None = None

@@ -84,7 +84,7 @@ class EppDeployment:
 
         # Validate everything the user gave before starting anything.
         try:
-            cfg = load_config(config) if config is not None else load_config_file(config_path or _default_config())
+            cfg = load_config(config) if config is not None else load_config_file(config_path or DEFAULT_CONFIG)
         except ConfigError as err:
             raise LaunchError(str(err)) from None
         try:
@@ -143,9 +143,11 @@ class EppDeployment:
             serve.shutdown()
         if self.actors is not None:
             from actors.launcher import stop_epp_actors
+            from actors.metrics_hub import stop_hub
 
             with contextlib.suppress(Exception):
                 stop_epp_actors(self.actors)
+            stop_hub()
         if self.owns_ray:
             with contextlib.suppress(Exception):
                 ray.shutdown()
@@ -155,8 +157,7 @@ class EppDeployment:
                 self.sim.stop()
 
 
-def _default_config() -> str:
-    return str(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
+DEFAULT_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
 
 
 def _start_sim(n: int, time_scale: float, overrides: dict) -> tuple[Any, list[Any]]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from actors.protocol import ProfileCall, ProfileOutcome
-
+from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome
 from scheduler import CycleState, Endpoint, ErrorCode, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
 from scheduler.cycle_state import profile_error_key
 from scheduler.trace import SchedulingTrace
@@ -17,10 +16,9 @@ from serve_app.batcher import ActorBatcher
 class RayProfileRunner:
     def __init__(self, profile_actors: dict[str, Any]) -> None:
         self.actors = profile_actors
-        self._run = {n: ActorBatcher(h.run_batch.remote) for n, h in profile_actors.items()}
-        self._pre_request = {n: ActorBatcher(h.pre_request_batch.remote) for n, h in profile_actors.items()}
-        self._complete = {n: ActorBatcher(h.response_complete_batch.remote) for n, h in profile_actors.items()}
-        self.last_outcomes: dict[str, ProfileOutcome] = {}
+        # One batcher per actor carries both the calls and the events (decisions, completions), so
+        # a request costs one actor round trip, not three.
+        self._batchers = {n: ActorBatcher(h.run_batch.remote) for n, h in profile_actors.items()}
 
     async def __call__(
         self,
@@ -43,16 +41,18 @@ class RayProfileRunner:
 
     async def _run_one(self, name: str, call: ProfileCall) -> ProfileOutcome:
         try:
-            return await self._run[name].call(call)
+            return await self._batchers[name].call(call)
         except Exception as err:  # a dead or restarting profile actor fails this profile, not the gateway
             error = SchedulingError(ErrorCode.SERVICE_UNAVAILABLE, f"profile actor {name!r} unavailable: {err}")
             return ProfileOutcome(None, error, None, 0, 0.0, 0.0)
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         """Every profile actor learns the decision (its stateful plugins, e.g. the prefix index)."""
-        for batcher in self._pre_request.values():
-            batcher.notify((request, result))
+        event = ProfileEvent("pre_request", request, result=result)
+        for batcher in self._batchers.values():
+            batcher.notify(event)
 
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
-        for batcher in self._complete.values():
-            batcher.notify((request, endpoint_name))
+        event = ProfileEvent("response_complete", request, endpoint_name=endpoint_name)
+        for batcher in self._batchers.values():
+            batcher.notify(event)

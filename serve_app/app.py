@@ -1,0 +1,33 @@
+"""The gateway as a Ray Serve application builder, for `serve run` and Serve config files:
+
+    RAY_SERVE_THROUGHPUT_OPTIMIZED=1 serve run serve_app.app:build_app config=configs/default.yaml pods=pods.yaml
+    serve run examples/serve_config.yaml
+
+Args: `config` (EndpointPickerConfig path, default configs/default.yaml), `pods` (pods file,
+required), `settings` (gateway settings YAML, optional), `replicas` (default 1), `detached`
+(default true: the actors outlive the process that built the app, as `serve deploy` needs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve import Application
+
+from actors.launcher import ActorOptions, load_pods_file, start_epp_actors
+from actors.metrics_hub import get_or_create_hub
+from scheduler import dump_config, load_config_file
+from serve_app.gateway import Gateway
+from serve_app.launch import DEFAULT_CONFIG
+from serve_app.settings import GatewaySettings, load_settings_file
+
+
+def build_app(args: dict[str, Any]) -> Application:
+    if not args.get("pods"):
+        raise ValueError("build_app needs pods=<pods file> (a YAML/JSON list of {name, address, port, labels})")
+    cfg = load_config_file(args.get("config") or DEFAULT_CONFIG)
+    settings = load_settings_file(args["settings"]) if args.get("settings") else GatewaySettings()
+    detached = str(args.get("detached", "true")).lower() in ("1", "true", "yes")
+    actors = start_epp_actors(dump_config(cfg), load_pods_file(args["pods"]), options=ActorOptions(detached=detached))
+    return Gateway.options(num_replicas=int(args.get("replicas", 1))).bind(
+        dump_config(cfg), settings.model_dump(), actors.datastore, actors.profiles, get_or_create_hub()
+    )
