@@ -72,15 +72,18 @@ class PrefixIndex:
         """The servers holding a block (a new set)."""
         return set(self._names_of(self._masks.get(block_hash, 0)))
 
-    def match(self, hashes: list[int]) -> dict[str, int]:
+    def match(self, hashes: Iterable[int]) -> dict[str, int]:
         """Longest-prefix match (GIE's matchLongestPrefix): walk the hashes in order and stop at the
         first one no server holds; a server's count is how many of the walked blocks it holds.
         Servers with no block are absent."""
-        masks = list(map(self._masks.get, hashes))  # one C-level pass; None where no server holds it
-        try:
-            walked = masks[: masks.index(None)]
-        except ValueError:
-            walked = masks
+        get = self._masks.get
+        walked: list[int] = []  # the masks of the walked blocks
+        append = walked.append
+        for h in hashes:  # each lookup is likely a cache miss in a big dict: stop at the first unknown block
+            mask = get(h)
+            if mask is None:
+                break
+            append(mask)
         if not walked:
             return {}
         first = walked[0]

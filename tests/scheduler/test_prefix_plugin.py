@@ -306,6 +306,15 @@ def test_no_endpoints():
             {"d1"},
             id="only the first target",
         ),
+        pytest.param(
+            SchedulingResult(
+                {"decode": ProfileRunResult([endpoint("d1")]), "pf": ProfileRunResult([endpoint("p1")])},
+                "decode",
+                prefill_profile_name="pf",
+            ),
+            {"d1", "p1"},
+            id="prefill profile named by the handler",
+        ),
         pytest.param(decided(None), set(), id="primary failed"),
         pytest.param(SchedulingResult({}, "default"), set(), id="no results"),
     ],

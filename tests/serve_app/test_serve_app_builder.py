@@ -3,6 +3,7 @@ and Serve config files use it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import httpx
@@ -41,10 +42,8 @@ def test_build_app_serves_behind_serve_run(ray_session, tmp_path):
             from actors.launcher import profile_actor_name
 
             for name in ("epp-datastore", profile_actor_name("epp-datastore", "default")):
-                try:
+                with contextlib.suppress(ValueError):
                     ray.kill(ray.get_actor(name), no_restart=True)
-                except ValueError:
-                    pass
 
 
 def test_build_app_without_pods_is_a_clear_error():
