@@ -105,10 +105,15 @@ async def hand_off(
         decode = dict(body)
         decode["kv_transfer_params"] = params
         return HandOff(
-            "pd", prefill, body=json.dumps(decode).encode(), prefill_ms=(time.perf_counter() - started) * 1000,
-            attempts=attempt, kv_transfer_params=params,
+            "pd",
+            prefill,
+            body=json.dumps(decode).encode(),
+            prefill_ms=(time.perf_counter() - started) * 1000,
+            attempts=attempt,
+            kv_transfer_params=params,
         )
     if on_failure == "fail":
         raise GatewayError(502, f"the prefill step failed on {prefill.name}: {error}", code="PrefillFailed")
-    return HandOff("pd-fallback", prefill, prefill_ms=(time.perf_counter() - started) * 1000,
-                   attempts=retries + 1, error=error)
+    return HandOff(
+        "pd-fallback", prefill, prefill_ms=(time.perf_counter() - started) * 1000, attempts=retries + 1, error=error
+    )

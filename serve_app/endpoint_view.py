@@ -25,6 +25,7 @@ class EndpointView:
         self.endpoints: list[Endpoint] = []
         self.by_name: dict[str, Endpoint] = {}
         self.models: set[str] = set()
+        self.adapters: set[str] = set()
         self._models_at = 0.0
         self._task: asyncio.Task | None = None
         self._first = asyncio.Event()
@@ -46,6 +47,9 @@ class EndpointView:
                     self.version = version
                     self.endpoints = endpoints
                     self.by_name = {ep.name: ep for ep in endpoints}
+                    self.adapters = {
+                        m for ep in endpoints for m in (*ep.metrics.active_models, *ep.metrics.waiting_models)
+                    }
                 if time.monotonic() - self._models_at > self._models_every_s or not self.models:
                     self.models = set(await self._datastore.models.remote())
                     self._models_at = time.monotonic()

@@ -30,9 +30,7 @@ class Forwarder:
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, auto_decompress=False)
         return self._session
 
-    async def open(
-        self, endpoint: Endpoint, path: str, body: bytes, headers: dict[str, str]
-    ) -> aiohttp.ClientResponse:
+    async def open(self, endpoint: Endpoint, path: str, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
         """Send the request; the caller reads (or streams) and releases the response."""
         url = f"http://{endpoint.address}:{endpoint.port}{path}"
         try:

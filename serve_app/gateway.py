@@ -3,7 +3,6 @@ through the profile actors and forwards it to the chosen model server.
 
 Any number of replicas share the same actors, hence the same scheduling state."""
 
-
 import json
 import logging
 import os
@@ -100,6 +99,12 @@ class GatewayCore:
             self.recorder.observe("inference_extension_scheduler_e2e_duration_seconds", time.perf_counter() - start)
             self.recorder.inc("inference_extension_scheduler_attempts_total", (status, request.target_model))
 
+    def known_models(self) -> set[str] | None:
+        """Models some pod serves (None: do not check): what pods list, plus adapters they run."""
+        if not self.settings.reject_unknown_models or not self.view.models:
+            return None
+        return self.view.models | self.view.adapters
+
     def admit(self, request: LLMRequest) -> None:
         """No endpoint: 503. Sheddable while the pool is saturated: 429 at once."""
         if not self.view.endpoints:
@@ -116,7 +121,7 @@ class GatewayCore:
         model = "unknown"
         try:
             raw = await http.body()
-            parsed = parse_request(raw, dict(http.headers), path, self.settings, self.view.models or None)
+            parsed = parse_request(raw, dict(http.headers), path, self.settings, self.known_models())
             req = parsed.llm_request
             model = req.target_model
             self.recorder.inc("inference_objective_request_total", (model, model, str(req.priority)))
@@ -157,14 +162,22 @@ class GatewayCore:
             return await self._respond(parsed, result, upstream, trace, started)
         raise GatewayError(503, f"no endpoint could serve the request after retries: {last_error}")
 
-    async def _prefill(self, req: LLMRequest, result: SchedulingResult, path: str, raw: bytes, headers: dict,
-                       trace: SchedulingTrace | None) -> bytes:
+    async def _prefill(
+        self,
+        req: LLMRequest,
+        result: SchedulingResult,
+        path: str,
+        raw: bytes,
+        headers: dict,
+        trace: SchedulingTrace | None,
+    ) -> bytes:
         """The P/D hand-off: run the prefill step (or name the prefiller for a sidecar); returns the
         body to send to the decode pod and adds the headers it needs."""
         s = self.settings
         try:
-            hand = await hand_off(self.forwarder, result, req.body, path, headers, s.pd_mode, s.pd_prefill_retries,
-                                  s.pd_prefill_failure)
+            hand = await hand_off(
+                self.forwarder, result, req.body, path, headers, s.pd_mode, s.pd_prefill_retries, s.pd_prefill_failure
+            )
         except GatewayError:
             self.recorder.inc("disagg_decision_total", ("pd",))
             self.recorder.inc("disagg_prefill_failure_total", ("failed",))
@@ -183,9 +196,7 @@ class GatewayCore:
         headers = response_headers(upstream)
         headers[DESTINATION_HEADER] = target.host_port
         if trace is not None:
-            headers["x-epp-trace"] = json.dumps(
-                {**result.to_json(), "trace": trace.to_json()}, separators=(",", ":")
-            )
+            headers["x-epp-trace"] = json.dumps({**result.to_json(), "trace": trace.to_json()}, separators=(",", ":"))
         labels = (req.target_model, req.target_model)
         is_sse = parsed.stream and upstream.status == 200
         if not is_sse:
@@ -222,7 +233,7 @@ class GatewayCore:
         try:
             raw = await http.body()
             path = http.query_params.get("path", "/v1/completions")
-            parsed = parse_request(raw, dict(http.headers), path, self.settings, self.view.models or None)
+            parsed = parse_request(raw, dict(http.headers), path, self.settings, self.known_models())
             self.admit(parsed.llm_request)
             trace = SchedulingTrace() if http.headers.get(self.settings.debug_header) else None
             result = await self.schedule(parsed.llm_request, trace)
@@ -306,5 +317,3 @@ class Gateway:
     @app.get("/metrics")
     async def metrics(self) -> Response:
         return await self.core.metrics()
-
-

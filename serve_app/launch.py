@@ -36,8 +36,6 @@ def serve_fast_path_env(port: int, replicas: int) -> None:
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT", str(port + 300))
 
 
-
-
 class LaunchError(RuntimeError):
     """Something the user gave us (config, pods file, settings) or the environment is wrong."""
 
@@ -88,8 +86,8 @@ class EppDeployment:
         except ConfigError as err:
             raise LaunchError(str(err)) from None
         try:
-            gw_settings = load_settings_file(settings_path) if settings_path else GatewaySettings.model_validate(
-                settings or {}
+            gw_settings = (
+                load_settings_file(settings_path) if settings_path else GatewaySettings.model_validate(settings or {})
             )
             pod_specs = list(pods) if pods is not None else (load_pods_file(pods_path) if pods_path else None)
         except ValueError as err:
@@ -200,8 +198,9 @@ def _find_replicas(host: str, port: int, replicas: int, timeout_s: float) -> lis
         if len(found) >= replicas:
             return found
         time.sleep(0.25)
-    raise LaunchError(f"the gateway did not become ready on ports {port}-{candidates[-1]} in {timeout_s:.0f} s "
-                      f"({last})")
+    raise LaunchError(
+        f"the gateway did not become ready on ports {port}-{candidates[-1]} in {timeout_s:.0f} s ({last})"
+    )
 
 
 def _kill_leftovers(pids: list[int]) -> None:

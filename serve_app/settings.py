@@ -16,6 +16,9 @@ class GatewaySettings(BaseModel):
     # `x-gateway-inference-objective` header. Priority < 0 is sheddable.
     objectives: dict[str, int] = Field(default_factory=dict)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    # Answer 404 for a model no pod lists in /v1/models (nor runs, per its metrics). Turn off when
+    # pods load LoRA adapters on demand that they do not list before the first request.
+    reject_unknown_models: bool = True
     # A connection failure or a 503 before the first byte is retried on another endpoint.
     max_retries: int = Field(default=2, ge=0)
     upstream_timeout_s: float = Field(default=600.0, gt=0)

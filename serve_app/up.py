@@ -17,18 +17,25 @@ DEFAULT_CONFIG = REPO_ROOT / "configs" / "default.yaml"
 
 def add_up_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=str(DEFAULT_CONFIG), help="EndpointPickerConfig YAML (default: %(default)s)")
-    p.add_argument("--pods", help="pods file (YAML/JSON list of {name, address, port, labels}); "
-                                  "without it, simulated pods are started")
+    p.add_argument(
+        "--pods",
+        help="pods file (YAML/JSON list of {name, address, port, labels}); without it, simulated pods are started",
+    )
     p.add_argument("--sim-pods", type=int, default=4, help="how many simulated pods without --pods (default 4)")
     p.add_argument("--sim-time-scale", type=float, default=1.0, help="simulated latency scale (default 1.0)")
     p.add_argument("--settings", help="gateway settings YAML (objectives, limits, retries)")
     p.add_argument("--address", help="join an existing Ray cluster (e.g. auto or ray://host:10001)")
     p.add_argument("--host", default="127.0.0.1", help="HTTP host (default %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default %(default)s)")
-    p.add_argument("--replicas", type=int, default=1,
-                   help="gateway replicas (default 1); replica i answers directly on --port + i")
-    p.add_argument("--proxy-port", type=int, default=None,
-                   help="Ray Serve's proxy, which balances over all replicas (default --port + 88)")
+    p.add_argument(
+        "--replicas", type=int, default=1, help="gateway replicas (default 1); replica i answers directly on --port + i"
+    )
+    p.add_argument(
+        "--proxy-port",
+        type=int,
+        default=None,
+        help="Ray Serve's proxy, which balances over all replicas (default --port + 88)",
+    )
     p.add_argument("--exit-after", type=float, default=None, help=argparse.SUPPRESS)  # for tests: stop after N s
 
 
@@ -57,12 +64,15 @@ def run_up(args: argparse.Namespace) -> int:
     url = deployment.url
     model = deployment.example_model()
     more = f"\n  every replica: {' '.join(deployment.urls)}" if len(deployment.urls) > 1 else ""
-    print(f"""
+    print(
+        f"""
 Ray EPP is up: {url}  ({len(deployment.pods)} pods, config {args.config}){more}
   curl -s {url}/v1/completions -H 'content-type: application/json' \\
     -d '{{"model": "{model}", "prompt": "Hello, my name is", "max_tokens": 16}}'
   metrics: {url}/metrics   ready: {url}/ready   models: {url}/v1/models
-Ctrl-C stops everything.""", flush=True)
+Ctrl-C stops everything.""",
+        flush=True,
+    )
     stop.wait(args.exit_after)
     print("epp up: shutting down", flush=True)
     deployment.stop()
