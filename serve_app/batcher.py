@@ -30,6 +30,14 @@ class ActorBatcher:
         self._flush_scheduled = False
 
     async def call(self, item: Any) -> Any:
+        if self._in_flight < self._max_in_flight and not self._pending:
+            # Idle: send from this coroutine, without a task and a future in between.
+            self._in_flight += 1
+            try:
+                return (await self._send([item]))[0]
+            finally:
+                self._in_flight -= 1
+                self._maybe_launch()
         fut = asyncio.get_running_loop().create_future()
         self._pending.append((item, fut))
         self._maybe_launch()
