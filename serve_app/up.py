@@ -34,7 +34,7 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
         "--proxy-port",
         type=int,
         default=None,
-        help="Ray Serve's proxy, which balances over all replicas (default --port + 88)",
+        help="Ray Serve's proxy, which balances over all replicas (default --port + 88, i.e. 8088)",
     )
     p.add_argument("--exit-after", type=float, default=None, help=argparse.SUPPRESS)  # for tests: stop after N s
 
