@@ -1,0 +1,114 @@
+"""`epp bench <scenario>…`: routing-quality sweeps in the cluster simulation, with a report.
+
+    epp bench list
+    epp bench shared-prefix [--policies epp-default,sglang-cache-aware] [--rates 0.5x,0.9x,120]
+    epp bench all                    # every scenario; ShareGPT is skipped if its package is missing
+
+Writes bench/results/<scenario>.json, .md and .png (or under --out) and prints the Markdown."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from bench.report import RESULTS_DIR
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenarios", nargs="+", metavar="scenario", help="a scenario name, 'all', or 'list'")
+    parser.add_argument("--policies", help="comma-separated policies (default: the scenario's list)")
+    parser.add_argument(
+        "--rates", help="comma-separated rates: fractions of the calibrated capacity (0.9x) or req/s (120)"
+    )
+    parser.add_argument("--capacity", type=float, help="skip the calibration: the pool's capacity in req/s")
+    parser.add_argument("--duration", type=float, help="seconds of arrivals per rate (default: the scenario's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scrape-interval", type=float, default=0.05, help="metrics scrape period (s)")
+    parser.add_argument("--out", default=str(RESULTS_DIR), help="directory for the JSON, Markdown and PNG")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from bench.drivers import ClusterSimDriver
+    from bench.policies import known_policies, make_policy
+    from bench.report import write_report
+    from bench.runner import RateSpec, run_sweep
+    from bench.scenarios import SCENARIOS
+    from bench.targets import check
+    from bench.workloads import WorkloadUnavailable
+
+    names = list(args.scenarios)
+    if names == ["list"]:
+        for s in SCENARIOS.values():
+            print(f"{s.name:20} {s.title}: {s.description}")
+        print("policies:", ", ".join(known_policies()))
+        return 0
+    if "all" in names:
+        names = list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print(f"unknown scenario {unknown[0]!r}; known: {', '.join(SCENARIOS)}, all, list", file=sys.stderr)
+        return 2
+    try:
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
+        for p in policies or []:
+            make_policy(p)  # fail before any run
+        rates = [RateSpec.parse(r) for r in args.rates.split(",")] if args.rates else None
+    except ValueError as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    missed = 0
+    for name in names:
+        scenario = SCENARIOS[name]
+        if args.duration:
+            scenario = dataclasses.replace(scenario, duration_s=args.duration)
+        try:
+            result = run_sweep(
+                scenario,
+                policies,
+                rates,
+                driver=ClusterSimDriver(args.scrape_interval),
+                seed=args.seed,
+                capacity=args.capacity,
+                progress=not args.no_progress,
+                command=_command(name, args),
+            )
+        except WorkloadUnavailable as err:
+            print(f"{name}: {err}", file=sys.stderr)
+            continue
+        result["verdicts"] = check(result)
+        missed += sum(1 for v in result["verdicts"] if v["passed"] is False)
+        paths = write_report(result, args.out)
+        print(Path(paths["markdown"]).read_text())
+        print("wrote", ", ".join(str(p) for p in paths.values()))
+    return 1 if args.strict and missed else 0
+
+
+def _command(name: str, args: argparse.Namespace) -> str:
+    parts = ["epp bench", name]
+    for flag, value in (
+        ("--policies", args.policies),
+        ("--rates", args.rates),
+        ("--capacity", args.capacity),
+        ("--duration", args.duration),
+    ):
+        if value:
+            parts += [flag, str(value)]
+    if args.seed:
+        parts += ["--seed", str(args.seed)]
+    if args.scrape_interval != 0.05:
+        parts += ["--scrape-interval", str(args.scrape_interval)]
+    return " ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    add_bench_arguments(parser)
+    return run_bench(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
