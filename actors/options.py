@@ -71,6 +71,9 @@ class ActorOptions(BaseModel):
     profile_max_task_retries: int = Field(0, ge=-1)
     # Modules to import in every profile actor before its config is built: custom plugins.
     plugin_modules: list[str] = Field(default_factory=list)
+    # Profile actors also serve run_batch on 127.0.0.1 for gateway replicas on their node: a Ray
+    # call from a Serve replica costs several ms here, a local socket a fraction of one.
+    direct_channel: bool = True
     # Profile actors push their plugin timings to the metrics hub (for /metrics).
     push_plugin_metrics: bool = True
     # GIE's core-metrics-extractor parameters (engineLabelKey, defaultEngine, engineConfigs).

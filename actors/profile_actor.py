@@ -21,6 +21,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError
 
+from actors.channel import ChannelServer
 from actors.metrics_hub import MetricsPusher, MetricsRecorder, get_or_create_hub
 from actors.options import as_options
 from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome
@@ -42,6 +43,8 @@ from scheduler.trace import SchedulingTrace
 log = logging.getLogger("ray_epp.actors.profile")
 
 NO_ENDPOINTS = "no ready endpoints in the pool"
+# A restarted actor answers its first calls once it has a snapshot (or after this long, empty).
+FIRST_SNAPSHOT_WAIT_S = 5.0
 
 
 def config_digest(config: dict[str, Any]) -> str:
@@ -86,6 +89,11 @@ class ProfileActor:
         self._recorder = MetricsRecorder()
         self._pusher: MetricsPusher | None = None
         self._watcher = asyncio.get_running_loop().create_task(self._watch_loop())
+        # The same run_batch, also served on 127.0.0.1 for same-node gateways (see actors/channel.py).
+        self._channel = ChannelServer(self.run_batch) if self._options.direct_channel else None
+        self._channel_started = (
+            asyncio.get_running_loop().create_task(self._channel.start()) if self._channel is not None else None
+        )
 
     # --- the snapshot --------------------------------------------------------------------------
 
@@ -121,6 +129,10 @@ class ProfileActor:
 
     async def run_batch(self, items: list[ProfileCall | ProfileEvent]) -> list[ProfileOutcome | None]:
         """Apply events and run the profile once per call, in order, all on the current snapshot."""
+        if self._version == 0:  # just (re)started: wait briefly for the first snapshot, not fail
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FIRST_SNAPSHOT_WAIT_S):
+                    await self.ready(1)
         started = time.time()
         version, endpoints = self._version, self._endpoints
         out: list[ProfileOutcome | None] = []
@@ -194,6 +206,17 @@ class ProfileActor:
         """Tell plugins that have `response_complete(request, endpoint_name)` a response finished."""
         for request, endpoint_name in items:
             self._hooks(self._complete, "response_complete", request, endpoint_name)
+
+    async def channel_endpoint(self) -> dict[str, Any] | None:
+        """Where a gateway replica on this node can send run_batch directly, or None."""
+        if self._channel is None or self._channel_started is None:
+            return None
+        await self._channel_started
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "port": self._channel.port,
+            "token": self._channel.token,
+        }
 
     async def run_intervals(self) -> list[tuple[float, float]]:
         """(started, finished) wall-clock times of recent run_batch calls."""

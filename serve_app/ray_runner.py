@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from actors.channel import ChannelClient
 from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome
 from scheduler import CycleState, Endpoint, ErrorCode, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
 from scheduler.cycle_state import profile_error_key
@@ -18,7 +19,8 @@ class RayProfileRunner:
         self.actors = profile_actors
         # One batcher per actor carries both the calls and the events (decisions, completions), so
         # a request costs one actor round trip, not three.
-        self._batchers = {n: ActorBatcher(h.run_batch.remote) for n, h in profile_actors.items()}
+        self._links = {n: ActorLink(h) for n, h in profile_actors.items()}
+        self._batchers = {n: ActorBatcher(link.run_batch) for n, link in self._links.items()}
 
     async def __call__(
         self,
@@ -59,3 +61,58 @@ class RayProfileRunner:
         event = ProfileEvent("response_complete", request, endpoint_name=endpoint_name)
         for batcher in self._batchers.values():
             batcher.notify(event)
+
+
+class ActorLink:
+    """run_batch on one profile actor: over its same-node channel when it has one, else (and
+    whenever the channel fails) as a Ray actor call."""
+
+    RETRY_CHANNEL_AFTER_S = 1.0
+    RESTART_WAIT_S = 10.0
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self._client: ChannelClient | None = None
+        self._next_try = 0.0
+        self._connecting: asyncio.Task | None = None
+
+    async def run_batch(self, items: list) -> list:
+        client = self._client
+        if client is not None and not client.closed:
+            try:
+                return await client.request(items)
+            except ConnectionError:
+                self._client = None
+        self._maybe_connect()
+        from ray.exceptions import ActorUnavailableError
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.RESTART_WAIT_S
+        while True:
+            try:
+                return await self.handle.run_batch.remote(items)
+            except ActorUnavailableError:  # restarting: Ray brings it back; wait a little, bounded
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    def _maybe_connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._connecting is None and loop.time() >= self._next_try:
+            self._next_try = loop.time() + self.RETRY_CHANNEL_AFTER_S
+            self._connecting = loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        try:
+            import ray
+
+            endpoint = await self.handle.channel_endpoint.remote()
+            if endpoint is None or endpoint["node_id"] != ray.get_runtime_context().get_node_id():
+                return  # another node (or no channel): Ray calls it is
+            client = ChannelClient(endpoint["port"], endpoint["token"])
+            await client.connect()
+            self._client = client
+        except Exception:  # the actor restarting or gone: Ray calls until the next try
+            pass
+        finally:
+            self._connecting = None

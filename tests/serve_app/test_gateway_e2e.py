@@ -239,6 +239,16 @@ def test_503_before_first_byte_is_retried_elsewhere(client, sim):
         bad.set_failures({"rate": 0.0})
 
 
+def test_a_killed_profile_actor_is_restarted_and_requests_keep_working(client, gateway):
+    import ray
+
+    ray.kill(gateway.actors.profiles["default"], no_restart=False)
+    body = {"model": MODEL, "prompt": "after restart", "max_tokens": 1}
+    wait_until(lambda: client.post("/v1/completions", json=body).status_code == 200, timeout_s=60, every_s=0.5)
+    answers = [client.post("/v1/completions", json=body) for _ in range(5)]
+    assert [a.status_code for a in answers] == [200] * 5, [a.text for a in answers]
+
+
 def test_stale_metrics_take_a_pod_out_and_back(client, sim):
     flaky = sim.pods[2]
     flaky.set_failures({"metrics_garbage_rate": 1.0})
