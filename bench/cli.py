@@ -3,6 +3,8 @@
     epp bench list
     epp bench shared-prefix [--policies epp-default,sglang-cache-aware] [--rates 0.5x,0.9x,120]
     epp bench all                    # every scenario; ShareGPT is skipped if its package is missing
+    epp bench shared-prefix --driver e2e [--policies epp-default,sglang-round-robin] [--rates 0.5x,0.9x]
+                                     # real routers over HTTP in front of simulated pods (bench/e2e.py)
 
 Writes bench/results/<scenario>.json, .md and .png (or under --out) and prints the Markdown."""
 
@@ -12,6 +14,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench.report import RESULTS_DIR
 
@@ -29,10 +32,16 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=str(RESULTS_DIR), help="directory for the JSON, Markdown and PNG")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    e2e = parser.add_argument_group("end to end (--driver e2e)")
+    e2e.add_argument("--driver", choices=("cluster-sim", "e2e"), default="cluster-sim", help="default: cluster-sim")
+    e2e.add_argument("--pods", type=int, default=4, help="e2e: the first N of the scenario's pods (default 4)")
+    e2e.add_argument("--max-requests", type=int, default=400, help="e2e: the first N arrivals per rate (default 400)")
+    e2e.add_argument("--time-scale", type=float, default=1.0, help="e2e: the simulated pods' latency scale")
 
 
 def run_bench(args: argparse.Namespace) -> int:
     from bench.drivers import ClusterSimDriver
+    from bench.e2e import check_target
     from bench.policies import known_policies, make_policy
     from bench.report import write_report
     from bench.runner import RateSpec, run_sweep
@@ -55,7 +64,7 @@ def run_bench(args: argparse.Namespace) -> int:
     try:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
         for p in policies or []:
-            make_policy(p)  # fail before any run
+            check_target(p) if args.driver == "e2e" else make_policy(p)  # fail before any run
         rates = [RateSpec.parse(r) for r in args.rates.split(",")] if args.rates else None
     except ValueError as err:
         print(str(err), file=sys.stderr)
@@ -65,14 +74,19 @@ def run_bench(args: argparse.Namespace) -> int:
         scenario = SCENARIOS[name]
         if args.duration:
             scenario = dataclasses.replace(scenario, duration_s=args.duration)
+        driver = calibration = ClusterSimDriver(args.scrape_interval)
+        run_policies = policies
+        if args.driver == "e2e":
+            scenario, driver, calibration, run_policies = _e2e_setup(scenario, policies, args)
         try:
             result = run_sweep(
                 scenario,
-                policies,
+                run_policies,
                 rates,
-                driver=ClusterSimDriver(args.scrape_interval),
+                driver=driver,
                 seed=args.seed,
                 capacity=args.capacity,
+                calibration_driver=calibration,
                 progress=not args.no_progress,
                 command=_command(name, args),
             )
@@ -87,6 +101,26 @@ def run_bench(args: argparse.Namespace) -> int:
     return 1 if args.strict and missed else 0
 
 
+def _e2e_setup(scenario: Any, policies: list[str] | None, args: argparse.Namespace) -> tuple[Any, Any, Any, list[str]]:
+    """The scenario on its first --pods pods, the e2e driver, the calibration driver (the cluster
+    simulation on the same pods: the same model time as the simulated servers) and the targets that
+    are installed."""
+    from bench.drivers import ClusterSimDriver
+    from bench.e2e import DEFAULT_TARGETS, TARGETS, E2EDriver
+
+    pods = scenario.pods()[: args.pods]
+    scenario = dataclasses.replace(scenario, pods=lambda: list(pods))
+    run = []
+    for p in policies or DEFAULT_TARGETS:
+        make = TARGETS[p]
+        if make is not None and make(["http://127.0.0.1:1"], Path("pods.json"), 1) is None:
+            print(f"{p}: not installed, skipped (pip install -e .[peers])", file=sys.stderr)
+            continue
+        run.append(p)
+    driver = E2EDriver(time_scale=args.time_scale, max_requests=args.max_requests)
+    return scenario, driver, ClusterSimDriver(args.scrape_interval), run
+
+
 def _command(name: str, args: argparse.Namespace) -> str:
     parts = ["epp bench", name]
     for flag, value in (
@@ -97,6 +131,9 @@ def _command(name: str, args: argparse.Namespace) -> str:
     ):
         if value:
             parts += [flag, str(value)]
+    if args.driver == "e2e":
+        parts += ["--driver e2e --pods", str(args.pods), "--max-requests", str(args.max_requests)]
+        parts += ["--time-scale", str(args.time_scale)]
     if args.seed:
         parts += ["--seed", str(args.seed)]
     if args.scrape_interval != 0.05:

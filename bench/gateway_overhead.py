@@ -53,11 +53,13 @@ def _wait_http(url: str, timeout_s: float = 120) -> None:
 
 
 @contextlib.contextmanager
-def _process(cmd: list[str], ready_url: str, log: Path):
+def _process(cmd: list[str], ready_url: str | None, log: Path):
+    """Run `cmd` in its own session until the block ends; first wait for `ready_url` to answer 200 (unless None)."""
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
         try:
-            _wait_http(ready_url)
+            if ready_url is not None:
+                _wait_http(ready_url)
             yield proc
         finally:
             with contextlib.suppress(ProcessLookupError):

@@ -118,14 +118,17 @@ def run_sweep(
     capacity: float | None = None,
     progress: bool = True,
     command: str = "",
+    calibration_driver: Driver | None = None,
 ) -> dict[str, Any]:
-    """Every policy at every rate, on the same seeded workload per rate. Returns the result dict."""
+    """Every policy at every rate, on the same seeded workload per rate. Returns the result dict.
+    The capacity is calibrated with `calibration_driver` (default: `driver`) unless given."""
     driver = driver or ClusterSimDriver()
     if scenario.check_available is not None:
         scenario.check_available()
     policies = list(policies or scenario.policies)
     if capacity is None:
-        cal = calibrate(scenario, driver, seed)
+        cal = calibrate(scenario, calibration_driver or driver, seed)
+        cal["driver"] = (calibration_driver or driver).name
     else:
         cal = {"request_rate": capacity, "method": "given on the command line"}
     cap = cal["request_rate"]

@@ -2,7 +2,6 @@
 direct ingress, a FastAPI ingress and one pooled aiohttp session, round-robin over the workers.
 No scheduling at all. `python -m bench.serve_forwarder --port 8300 --workers http://127.0.0.1:9101`"""
 
-
 import argparse
 import itertools
 import signal

@@ -1,0 +1,297 @@
+"""The end-to-end driver: a scenario's workload over HTTP through a real router to simulated pods.
+
+For each run (one target at one rate) `E2EDriver`:
+
+1. starts the scenario's pods (its `PodConfig`s) as simulated vLLM servers in their own process
+   (`python -m simulator --config ... --time-scale S`), so they do not share the driver's CPU and
+   every target starts with cold prefix caches;
+2. starts the target (a real router process in front of those pods, see `TARGETS`), waits until it
+   answers and warms it up with a few short requests (not counted; their prompts share nothing
+   with the workload);
+3. replays the workload: each request's body is sent at `arrival_time x S` with `stream: true` and
+   `stream_options.include_usage`, so TTFT (first streamed token), ITL and E2E are measured at the
+   client; `usage.prompt_tokens_details.cached_tokens` gives the prefix-cache hits; a 429 is a shed;
+4. stops the router and the pods.
+
+Times in the outcomes are in the model's time (wall time / S), like the cluster simulation's, so
+the rate ladder, bench/metrics.py and the report apply unchanged. A router's own overhead is
+therefore magnified by 1/S when S < 1 (and shrunk when S > 1). Only 127.0.0.1; bounded by
+`max_requests` (the first N arrivals) and by `timeout_s` after the last arrival."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench.drivers import RunResult
+from bench.gateway_overhead import ROOT, _bin, _process, _wait_http
+from bench.metrics import ERROR, OK, SHED, Outcome, summarize
+from simulator import PodConfig, SimRequest
+
+PRIORITY_HEADER = "x-gateway-inference-priority"
+
+# name -> (worker URLs, pods JSON path, port) -> (command, readiness URL, base URL); None when absent
+TargetFn = Callable[[list[str], Path, int], tuple[list[str], str, str] | None]
+
+
+def _gateway(config: str) -> TargetFn:
+    def make(workers: list[str], pods_json: Path, port: int) -> tuple[list[str], str, str]:
+        cmd = [sys.executable, "-m", "serve_app.cli", "up", "--pods", str(pods_json), "--port", str(port)]
+        return [*cmd, "--config", str(ROOT / config)], f"http://127.0.0.1:{port}/ready", f"http://127.0.0.1:{port}"
+
+    return make
+
+
+def _sglang(policy: str) -> TargetFn:
+    def make(workers: list[str], pods_json: Path, port: int) -> tuple[list[str], str, str] | None:
+        sg = _bin("sglang-router")
+        if sg is None:
+            return None
+        cmd = [sg, "launch", "--worker-urls", *workers, "--policy", policy, "--host", "127.0.0.1", "--port", str(port)]
+        return cmd, f"http://127.0.0.1:{port}/health", f"http://127.0.0.1:{port}"
+
+    return make
+
+
+def _vllm_router(workers: list[str], pods_json: Path, port: int) -> tuple[list[str], str, str] | None:
+    vr = _bin("vllm-router")
+    if vr is None:
+        return None
+    cmd = [vr, "--worker-urls", *workers, "--policy", "cache_aware", "--host", "127.0.0.1", "--port", str(port)]
+    return cmd, f"http://127.0.0.1:{port}/health", f"http://127.0.0.1:{port}"
+
+
+def _serve_forwarder(workers: list[str], pods_json: Path, port: int) -> tuple[list[str], str, str]:
+    cmd = [sys.executable, "-m", "bench.serve_forwarder", "--port", str(port), "--workers", *workers]
+    return cmd, f"http://127.0.0.1:{port}/health", f"http://127.0.0.1:{port}"
+
+
+TARGETS: dict[str, TargetFn | None] = {
+    "epp-default": _gateway("configs/default.yaml"),
+    "sglang-cache-aware": _sglang("cache_aware"),
+    "sglang-round-robin": _sglang("round_robin"),
+    "vllm-router-cache-aware": _vllm_router,
+    "serve-forwarder": _serve_forwarder,
+    "direct": None,  # no router: the client sends to the pods in turn (round-robin)
+}
+DEFAULT_TARGETS = (
+    "epp-default",
+    "sglang-cache-aware",
+    "sglang-round-robin",
+    "vllm-router-cache-aware",
+    "serve-forwarder",
+)
+
+
+class TargetUnavailable(RuntimeError):
+    """The target's binary is not installed."""
+
+
+def check_target(name: str) -> None:
+    if name not in TARGETS:
+        raise ValueError(f"unknown e2e target {name!r}; known: {', '.join(TARGETS)}")
+
+
+@contextlib.contextmanager
+def sim_pods(pods: list[PodConfig], time_scale: float, seed: int, tmp: Path):
+    """The pods as simulated vLLM servers in a child process; yields the pods JSON list."""
+    config = tmp / "pods.json.yaml"
+    config.write_text(json.dumps([p.model_dump(mode="json") for p in pods]))
+    out = tmp / "pods.json"
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "simulator", "--config", str(config), "--base-port", "0"]
+    cmd += ["--time-scale", str(time_scale), "--seed", str(seed), "--pods-json", str(out)]
+    # readiness: the pods JSON is written once every pod listens; then /health on the first pod
+    with _process(cmd, None, tmp / "sim.log") as proc:
+        deadline = time.monotonic() + 60
+        while not out.exists() or not out.read_text().strip():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"simulated pods did not start: {(tmp / 'sim.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+        listed = json.loads(out.read_text())
+        for p in listed:
+            _wait_http(f"http://{p['address']}:{p['port']}/health", 30)
+        yield listed
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_ready(proc: subprocess.Popen, url: str, timeout_s: float) -> None:
+    """Until `url` answers 200; RuntimeError when the process exits or the time is up."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode} before {url} answered")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+            if r.status == 200:
+                return
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} not ready after {timeout_s:g} s")
+
+
+@dataclass
+class E2EDriver:
+    name = "e2e"
+    time_scale: float = 1.0
+    max_requests: int = 300
+    timeout_s: float = 60.0  # wall seconds after the last arrival before unfinished requests count as errors
+    warmup: int = 8
+    start_timeout_s: float = 120.0
+    port: int = 0  # the router's port; 0 = a free one per run
+
+    def run(self, policy: str, pods: list[PodConfig], workload: list[SimRequest], seed: int) -> RunResult:
+        check_target(policy)
+        workload = sorted(workload, key=lambda r: r.arrival_time)[: self.max_requests]
+        with tempfile.TemporaryDirectory(prefix="epp-e2e-") as td:
+            tmp = Path(td)
+            with sim_pods(pods, self.time_scale, seed, tmp) as listed:
+                workers = [f"http://{p['address']}:{p['port']}" for p in listed]
+                make = TARGETS[policy]
+                if make is None:
+                    return self._measure(workers, workers, workload)
+                spec = make(workers, tmp / "pods.json", self.port or _free_port())
+                if spec is None:
+                    raise TargetUnavailable(f"{policy}: its binary is not installed (pip install -e .[peers])")
+                cmd, ready, base = spec
+                log = tmp / f"{policy}.log"
+                with _process(cmd, None, log) as proc:
+                    try:
+                        _wait_ready(proc, ready, self.start_timeout_s)
+                    except RuntimeError as err:  # reported as a run where every request failed
+                        outcomes = [_failed(r) for r in workload]
+                        tail = log.read_text()[-1500:]
+                        return RunResult(outcomes, summarize(outcomes), {"errors": {"start": f"{err}; log: {tail}"}})
+                    return self._measure([base], workers, workload)
+
+    def _measure(self, bases: list[str], workers: list[str], workload: list[SimRequest]) -> RunResult:
+        wall0 = time.perf_counter()
+        outcomes, warm_errors = asyncio.run(_replay(bases, workload, self.time_scale, self.timeout_s, self.warmup))
+        metrics = summarize(outcomes)
+        metrics["time_scale"] = self.time_scale
+        metrics["wall_s"] = time.perf_counter() - wall0
+        extra: dict[str, Any] = {}
+        errors = [o.request_id for o in outcomes if o.status == ERROR]
+        if errors or warm_errors:
+            extra["errors"] = {"requests": errors[:5], "warmup": warm_errors[:3]}
+        return RunResult(outcomes, metrics, extra)
+
+
+def _url(base: str, body: dict[str, Any]) -> str:
+    if not base.startswith(("http://127.0.0.1", "http://localhost")):
+        raise ValueError(f"benchmarks only target 127.0.0.1, not {base}")
+    return f"{base}/v1/chat/completions" if "messages" in body else f"{base}/v1/completions"
+
+
+async def _replay(
+    bases: list[str], workload: list[SimRequest], scale: float, timeout_s: float, warmup: int
+) -> tuple[list[Outcome], list[str]]:
+    conn = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as s:
+        warm_errors = []
+        for i in range(warmup):
+            body = {"model": workload[0].model if workload else "", "prompt": f"warm-up {i} " * 8, "max_tokens": 4}
+            body.update(stream=True, stream_options={"include_usage": True})
+            try:
+                async with s.post(_url(bases[i % len(bases)], body), json=body) as r:
+                    await r.read()
+                    if r.status != 200:
+                        warm_errors.append(f"{r.status}")
+            except aiohttp.ClientError as err:
+                warm_errors.append(repr(err))
+        t0 = time.perf_counter() + 0.05
+        tasks = [asyncio.create_task(_one(s, bases[i % len(bases)], req, t0, scale)) for i, req in enumerate(workload)]
+        last = max((r.arrival_time for r in workload), default=0.0) * scale
+        done, pending = await asyncio.wait(tasks, timeout=last + 0.05 + timeout_s)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    outcomes = []
+    for req, task in zip(workload, tasks, strict=True):
+        if task in done and task.exception() is None:
+            outcomes.append(task.result())
+        else:
+            outcomes.append(_failed(req))
+    return outcomes, warm_errors
+
+
+def _failed(req: SimRequest, status: str = ERROR) -> Outcome:
+    return Outcome(req.request_id, status, req.arrival_time, req.priority, req.model, prompt_tokens=req.prompt_tokens)
+
+
+async def _one(s: aiohttp.ClientSession, base: str, req: SimRequest, t0: float, scale: float) -> Outcome:
+    await asyncio.sleep(max(0.0, t0 + req.arrival_time * scale - time.perf_counter()))
+    body = {**req.body, "stream": True, "stream_options": {"include_usage": True}}
+    headers = dict(req.headers)
+    if req.priority:
+        headers.setdefault(PRIORITY_HEADER, str(req.priority))
+    sent = time.perf_counter()
+    first = last = math.nan
+    usage: dict[str, Any] = {}
+    finished = False
+    try:
+        async with s.post(_url(base, body), json=body, headers=headers) as r:
+            if r.status == 429:
+                await r.read()
+                return _failed(req, SHED)
+            if r.status != 200:
+                await r.read()
+                return _failed(req)
+            buf = b""
+            async for chunk in r.content.iter_any():
+                now = time.perf_counter()
+                buf += chunk
+                *events, buf = buf.split(b"\n\n")
+                for ev in events:
+                    data = ev.strip()
+                    if not data.startswith(b"data:"):
+                        continue
+                    data = data[5:].strip()
+                    if data == b"[DONE]":
+                        finished = True
+                        continue
+                    msg = json.loads(data)
+                    if msg.get("usage"):
+                        usage = msg["usage"]
+                    for c in msg.get("choices") or ():
+                        if c.get("text") or (c.get("delta") or {}).get("content"):
+                            if math.isnan(first):
+                                first = now
+                            last = now
+    except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError):
+        return _failed(req)
+    if not finished or math.isnan(first):
+        return _failed(req)
+    out_tokens = int(usage.get("completion_tokens") or 0)
+    details = usage.get("prompt_tokens_details") or {}
+    return Outcome(
+        request_id=req.request_id,
+        status=OK,
+        arrival=req.arrival_time,
+        priority=req.priority,
+        model=req.model,
+        ttft=(first - sent) / scale,
+        itl=(last - first) / (out_tokens - 1) / scale if out_tokens > 1 else math.nan,
+        e2e=(last - sent) / scale,
+        prompt_tokens=int(usage.get("prompt_tokens") or req.prompt_tokens),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+        output_tokens=out_tokens,
+    )
