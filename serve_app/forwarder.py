@@ -55,8 +55,12 @@ class Forwarder:
             await self._session.close()
 
 
+# The gateway's own server sets these; copying the upstream's would send them twice.
+_OWN_HEADERS = HOP_HEADERS | {"date", "server"}
+
+
 def response_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
-    return {k: v for k, v in resp.headers.items() if k.lower() not in HOP_HEADERS}
+    return {k: v for k, v in resp.headers.items() if k.lower() not in _OWN_HEADERS}
 
 
 async def relay(resp: aiohttp.ClientResponse, is_sse: bool) -> AsyncIterator[bytes]:
