@@ -5,6 +5,7 @@ Each subcommand imports what it needs when it runs, so `epp pick` starts without
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -31,32 +32,25 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.func(args) or 0)
 
 
+# Subcommands other packages provide: (name, module with add_<name>_arguments/run_<name>, help).
+# Looked up by name so that `epp pick` starts without importing them (or Ray).
+OPTIONAL_COMMANDS = (
+    ("sim", "simulator.cli", "run simulated vLLM pods on 127.0.0.1"),
+    ("bench", "bench.cli", "routing-quality benchmarks (cluster simulation or end to end), with a report"),
+    ("up", "serve_app.up", "start the gateway (default: local Ray, 4 simulated pods, configs/default.yaml)"),
+)
+
+
 def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
     """Subcommands from the other layers; each registers its own arguments."""
-    try:
-        from simulator.cli import add_sim_arguments, run_sim
-    except ImportError:
-        pass
-    else:
-        sim = sub.add_parser("sim", help="run simulated vLLM pods on 127.0.0.1")
-        add_sim_arguments(sim)
-        sim.set_defaults(func=run_sim)
-    try:
-        from bench.cli import add_bench_arguments, run_bench
-    except ImportError:
-        pass
-    else:
-        bench = sub.add_parser("bench", help="routing-quality benchmarks in the cluster simulation, with a report")
-        add_bench_arguments(bench)
-        bench.set_defaults(func=run_bench)
-    try:
-        from serve_app.up import add_up_arguments, run_up
-    except ImportError:
-        pass
-    else:
-        up = sub.add_parser("up", help="start the gateway (default: local Ray, 4 simulated pods, configs/default.yaml)")
-        add_up_arguments(up)
-        up.set_defaults(func=run_up)
+    for name, module_name, help_text in OPTIONAL_COMMANDS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        cmd = sub.add_parser(name, help=help_text)
+        getattr(module, f"add_{name}_arguments")(cmd)
+        cmd.set_defaults(func=getattr(module, f"run_{name}"))
 
 
 def _read_json(path: str, what: str) -> Any:
