@@ -94,8 +94,13 @@ def fast_options(name: str, **overrides) -> ActorOptions:
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     last = None
+    from ray.exceptions import ActorUnavailableError
+
     while time.monotonic() < deadline:
-        last = predicate()
+        try:
+            last = predicate()
+        except ActorUnavailableError:  # an actor restarting: not yet
+            last = None
         if last:
             return last
         time.sleep(interval)
@@ -254,13 +259,13 @@ def test_datastore_restart_rebuilds_from_metrics_actors(epp, sim):
     # a new incarnation starts its versions at the clock, above every version of the old one
     wait_for(lambda: (_or_none(epp.datastore.version) or 0) > version_before + 10**5, timeout=30, what="restart")
     assert _or_none(epp.datastore.pods) is not None
-    assert {p["name"] for p in ray.get(epp.datastore.pods.remote())} == {"sim-0", "sim-1", "late"}
+    assert {p["name"] for p in _call_when_available(epp.datastore.pods.remote)} == {"sim-0", "sim-1", "late"}
     wait_for(lambda: snapshot_names(epp) == {"sim-0", "sim-1", "late"}, what="rebuilt snapshot")
-    version_after = ray.get(epp.datastore.version.remote())
+    version_after = _call_when_available(epp.datastore.version.remote)
     # the profile actor re-attached to the restarted datastore and follows its versions
     assert ray.get(epp.profiles["default"].ready.remote(version_after), timeout=10) >= version_after
 
-    ray.get(epp.datastore.set_pods.remote(pod_specs(sim)))  # back to the module's pod set
+    _call_when_available(lambda: epp.datastore.set_pods.remote(pod_specs(sim)))  # back to the module's pod set
     wait_for(lambda: snapshot_names(epp) == set(BLOCKS), what="original pods")
 
 
