@@ -75,6 +75,7 @@ class ProfileActor:
         self.profile = built.profiles[profile_name]
         plugins = self.profile.plugins()
         self._pre_request = [p for p in plugins if isinstance(p, PreRequest)]
+        self._first_token = [p for p in plugins if callable(getattr(p, "response_first_token", None))]
         self._complete = [p for p in plugins if callable(getattr(p, "response_complete", None))]
         self._datastore_name = datastore_name
         self._namespace = namespace or ray.get_runtime_context().namespace
@@ -150,6 +151,8 @@ class ProfileActor:
     def _apply(self, event: ProfileEvent) -> None:
         if event.kind == "pre_request" and event.result is not None:
             self._hooks(self._pre_request, "pre_request", event.request, event.result)
+        elif event.kind == "first_token" and event.endpoint_name is not None:
+            self._hooks(self._first_token, "response_first_token", event.request, event.endpoint_name)
         elif event.kind == "response_complete" and event.endpoint_name is not None:
             self._hooks(self._complete, "response_complete", event.request, event.endpoint_name)
 

@@ -38,6 +38,8 @@ class TimedRouter:
         self.inner = inner
         self.route_s: list[float] = []
         self._on_complete = getattr(inner, "on_complete", None)
+        if callable(getattr(inner, "on_first_token", None)):
+            self.on_first_token = inner.on_first_token
 
     def route(self, request: SimRequest, pods: list[PodView], now: float) -> Any:
         t = time.perf_counter()

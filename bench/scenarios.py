@@ -24,8 +24,8 @@ CALIBRATION_REQUESTS_PER_POD = 512  # the calibration burst: vLLM's max_num_seqs
 NEAR_SATURATION = 0.9
 
 ALL_PEERS = ("round-robin", "random", "least-queue", "power-of-two", "ray-prefix-affinity", "sglang-cache-aware")
-OURS = ("epp-default", "epp-legacy-filter-tree")
-EXPERIMENTS = ("epp-default-inflight",)  # bench/configs: not shipped, measured to show what would close a gap
+OURS = ("epp-default", "epp-gie-default", "epp-legacy-filter-tree")
+EXPERIMENTS = ("epp-strict-admission",)  # bench/configs: not shipped, measured to show what would close a gap
 
 WorkloadFn = Callable[[float, int, int], list[SimRequest]]  # (rate, seed, requests) -> requests
 
@@ -76,7 +76,7 @@ def _shared_prefix(
         pods=lambda: make_pod_configs(pods),
         workload=lambda rate, seed, n: wl.shared_prefix_workload(spec, rate, seed, n),
         fractions=(0.25, 0.5, 0.75, NEAR_SATURATION, 1.1),
-        policies=(*OURS, *EXPERIMENTS, *ALL_PEERS),
+        policies=(*OURS, *ALL_PEERS),
         duration_s=duration_s,
         target="shared-prefix",
     )
@@ -122,7 +122,7 @@ def build_scenarios() -> dict[str, Scenario]:
             pods=lambda: make_pod_configs(8),
             workload=_random(wl.mixed_priority_spec),
             fractions=(0.5, 1.0, 1.5),
-            policies=(*OURS, *EXPERIMENTS, *ALL_PEERS),
+            policies=(*OURS, *EXPERIMENTS, *ALL_PEERS),  # the admission experiment matters here only
             target="overload",
         ),
         Scenario(
@@ -132,7 +132,7 @@ def build_scenarios() -> dict[str, Scenario]:
             pods=lambda: make_pod_configs(8),
             workload=_random(wl.uniform_spec),
             fractions=(0.25, 0.5, 0.75, NEAR_SATURATION),
-            policies=(*OURS, *EXPERIMENTS, *ALL_PEERS),
+            policies=(*OURS, *ALL_PEERS),
             target="uniform",
         ),
         Scenario(
@@ -145,7 +145,7 @@ def build_scenarios() -> dict[str, Scenario]:
             pods=lambda: make_pod_configs(8),
             workload=lambda rate, seed, n: wl.sharegpt_workload(rate, seed, wl.ShareGPTSpec(num_requests=n)),
             fractions=(0.25, 0.5, 0.75, NEAR_SATURATION),
-            policies=(*OURS, *EXPERIMENTS, *ALL_PEERS),
+            policies=(*OURS, *ALL_PEERS),
             duration_s=60,
             check_available=wl.load_conversations,
         ),

@@ -17,6 +17,7 @@ from scheduler.interfaces import (
     PreRequest,
     ProfileHandler,
     ResponseComplete,
+    ResponseFirstToken,
     Scorer,
     ScorerCategory,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "ProfileRunResult",
     "ProfileTrace",
     "ResponseComplete",
+    "ResponseFirstToken",
     "Scheduler",
     "SchedulerProfile",
     "SchedulingError",

@@ -45,6 +45,10 @@ class CycleState:
         else:
             existing.update(values)
 
+    def attribute_by_endpoint(self, key: str) -> Mapping[str, Any]:
+        """One key's values per endpoint name (read-only view; empty when no plugin set the key)."""
+        return self._endpoint_attributes.get(key, {})
+
     def endpoint_attributes(self, endpoint_name: str) -> dict[str, Any]:
         """What plugins attached to an endpoint (a new dict)."""
         name = endpoint_name

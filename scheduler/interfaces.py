@@ -110,6 +110,15 @@ class PreRequest(Plugin):
         raise NotImplementedError
 
 
+class ResponseFirstToken(Plugin):
+    """Runs when the first token of a streamed response arrives from the model server (a Ray EPP
+    extension point; GIE's ResponseStreaming runs per chunk, too often to cross a process): plugins
+    that track prefill work learn it is done. A non-streamed response only gets ResponseComplete."""
+
+    def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
+        raise NotImplementedError
+
+
 class ResponseComplete(Plugin):
     """Runs when the response to a scheduled request has been sent in full (llm-d's ResponseBody
     at end of stream): plugins that count requests in flight learn that one has finished."""
@@ -133,7 +142,9 @@ class PluginTimer(Protocol):
     def __call__(self, extension_point: str, plugin: Plugin, seconds: float) -> None: ...
 
 
-ROLES: tuple[type[Plugin], ...] = (Filter, Scorer, Picker, ProfileHandler, PDDecider, PreRequest, ResponseComplete)
+ROLES: tuple[type[Plugin], ...] = (
+    Filter, Scorer, Picker, ProfileHandler, PDDecider, PreRequest, ResponseFirstToken, ResponseComplete
+)
 
 
 def roles_of(plugin: Plugin | type[Plugin]) -> list[str]:

@@ -130,6 +130,14 @@ class LLMRequest:
     def sheddable(self) -> bool:
         return self.priority < 0
 
+    def without_body(self) -> LLMRequest:
+        """The request's identity (id, model, headers, priority) without its body or memo: what a
+        response event needs, at a fraction of the bytes to send to another process."""
+        return LLMRequest(
+            self.request_id, self.target_model, {}, self.headers, self.priority, self.received_at,
+            self.excluded_endpoints,
+        )  # fmt: skip
+
     @property
     def critical(self) -> bool:
         return self.priority > 0

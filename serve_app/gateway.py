@@ -213,6 +213,7 @@ class GatewayCore:
                 async for chunk in relay(upstream, is_sse=True):
                     if first:
                         first = False
+                        self.runner.response_first_token(req, target.name)
                         self.recorder.observe(
                             "inference_objective_request_ttft_seconds", time.perf_counter() - started, labels
                         )
@@ -241,7 +242,11 @@ class GatewayCore:
             return err.response()
         except SchedulingError as err:
             return GatewayError.from_scheduling(err).response()
+        # Stateful plugins learn the decision (the prefix index keeps up with proxied traffic), but
+        # its response never passes here: count it finished at once, or in-flight ledgers (active
+        # requests, prefill backlog) would hold it until their timeout.
         self.runner.pre_request(parsed.llm_request, result)
+        self.runner.response_complete(parsed.llm_request, result.target.name)
         body: dict[str, Any] = result.to_json()
         body["endpoints"] = {
             name: None if r is None else [ep.host_port for ep in r.target_endpoints]

@@ -57,8 +57,14 @@ class RayProfileRunner:
         for batcher in self._batchers.values():
             batcher.notify(event)
 
+    def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
+        """Plugins that track prefill work in flight learn this request's first token arrived."""
+        event = ProfileEvent("first_token", request.without_body(), endpoint_name=endpoint_name)
+        for batcher in self._batchers.values():
+            batcher.notify(event)
+
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
-        event = ProfileEvent("response_complete", request, endpoint_name=endpoint_name)
+        event = ProfileEvent("response_complete", request.without_body(), endpoint_name=endpoint_name)
         for batcher in self._batchers.values():
             batcher.notify(event)
 

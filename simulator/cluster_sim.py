@@ -95,13 +95,15 @@ class PodView:
 
 @runtime_checkable
 class Router(Protocol):
-    """A routing policy; `on_complete(request, pod, result)` is an optional extra method."""
+    """A routing policy; `on_complete(request, pod, result)` and `on_first_token(request, pod, now)`
+    are optional extra methods."""
 
     def route(self, request: SimRequest, pods: list[PodView], now: float) -> RouteDecision: ...
 
 
 RouteFn = Callable[[SimRequest, list[PodView], float], RouteDecision]
 CompleteFn = Callable[[SimRequest, str | None, RequestResult], None]
+FirstTokenFn = Callable[[SimRequest, str, float], None]
 
 
 @dataclass(slots=True)
@@ -129,6 +131,7 @@ class ClusterSim:
         seed: int = 0,
         max_steps: int = 4096,
         on_complete: CompleteFn | None = None,
+        on_first_token: FirstTokenFn | None = None,
     ) -> None:
         configs = [PodConfig(name=f"sim-{i}") for i in range(pods)] if isinstance(pods, int) else list(pods)
         if not configs:
@@ -136,6 +139,8 @@ class ClusterSim:
         self.configs = configs
         self.route: RouteFn = router.route if isinstance(router, Router) else router
         self.on_complete = on_complete or getattr(router, "on_complete", None)
+        # Called when a request's first token reaches the client (from the decode pod, under P/D).
+        self.on_first_token = on_first_token or getattr(router, "on_first_token", None)
         self.scrape_interval = scrape_interval
         self.seed = seed
         self.max_steps = max_steps
@@ -167,6 +172,7 @@ class ClusterSim:
             for i in range(n):
                 heapq.heappush(heap, (t0 + rng.random() * interval, next(seq), _SCRAPE, i, 0))
         max_steps = self.max_steps
+        first_token = self.on_first_token
         ai, n_arr = 0, len(arrivals)
         live = [0]  # step and timer events in the heap; with none left and requests outstanding we are stuck
 
@@ -253,7 +259,13 @@ class ClusterSim:
                     live[0] -= 1
                 if kind == _STEP:
                     if ver == step_ver[i]:
-                        for er in engines[i].finish_step():
+                        done = engines[i].finish_step()
+                        if first_token is not None:
+                            for er in engines[i].first_tokens:
+                                fl = er.sink
+                                if fl.prefill < 0 or fl.prefill_er is not None:  # not a P/D pair's prefill half
+                                    first_token(fl.req, engines[i].name, now)
+                        for er in done:
                             finish(er.sink, er, now)
                         mark(i)
                 elif kind == _TIMER:
@@ -341,7 +353,10 @@ def run_cluster_sim(
     scrape_interval: float = 0.05,
     seed: int = 0,
     on_complete: CompleteFn | None = None,
+    on_first_token: FirstTokenFn | None = None,
 ) -> SimReport:
     """One-call form of ClusterSim(...).run(workload)."""
-    sim = ClusterSim(pods, router, scrape_interval=scrape_interval, seed=seed, on_complete=on_complete)
+    sim = ClusterSim(
+        pods, router, scrape_interval=scrape_interval, seed=seed, on_complete=on_complete, on_first_token=on_first_token
+    )
     return sim.run(workload)

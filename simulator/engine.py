@@ -83,6 +83,8 @@ class Engine:
         self._sched: list[EngineRequest] = []
         self.track_emitted = False
         self.emitted: list[EngineRequest] = []
+        # Requests whose first token came in the last step (kept for cluster routers that track prefill).
+        self.first_tokens: list[EngineRequest] = []
         self.in_flight = False
         self.step_start = 0.0
         self.step_end = 0.0
@@ -284,6 +286,9 @@ class Engine:
         track = self.track_emitted
         if track:
             emitted.clear()
+        firsts = self.first_tokens
+        if firsts:
+            firsts.clear()
         bs = self.block_size
         tokens = 0
         for r in self._sched:
@@ -297,6 +302,7 @@ class Engine:
                 tokens += 1
                 if r.first_token_time < 0:
                     r.first_token_time = end
+                    firsts.append(r)
             else:
                 r.num_computed += k
                 r.num_output += k

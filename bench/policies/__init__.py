@@ -1,8 +1,9 @@
 """Routing policies for the benchmarks, by name: ours (any EndpointPickerConfig) and the peers.
 
-* `epp-<name>`: our Scheduler with configs/<name>.yaml (`epp-default`, `epp-legacy-filter-tree`,
-  `epp-lora`, `epp-pd`), or with an experiment from bench/configs/<name>.yaml
-  (`epp-default-inflight`), or `epp:<path to a config>`; with the gateway's admission.
+* `epp-<name>`: our Scheduler with configs/<name>.yaml (`epp-default`, `epp-gie-default`,
+  `epp-legacy-filter-tree`, `epp-lora`, `epp-pd`), or with an experiment from
+  bench/configs/<name>.yaml (`epp-strict-admission`), or `epp:<path to a config>`; with the
+  gateway's admission.
 * `round-robin`, `random`, `least-queue`: the simulator's baselines (simulator/baselines.py).
 * `power-of-two`: Ray Serve's default router (with its multiplexed-model preference for LoRA).
 * `ray-prefix-affinity`: ray.llm's PrefixCacheAffinityRouter, defaults.

@@ -12,7 +12,8 @@
   is a shed too; any other SchedulingError is an error. Both answer None (the simulation's drop)
   and are told apart in `shed` / `errors`.
 * `Scheduler.schedule` runs the PreRequest hooks, so the prefix index learns each decision;
-  `on_complete` calls `response_complete` for plugins that count requests in flight.
+  `on_first_token` calls `response_first_token` (the gateway sees the first streamed chunk) and
+  `on_complete` calls `response_complete` for plugins that count work in flight.
 * P/D configs: when the result has a prefill target (the handler's prefill profile, else GIE's
   "prefill"), the answer is (prefill pod, decode pod)."""
 
@@ -89,6 +90,12 @@ class SchedulerRouter:
         decode = result.target.name
         prefill = prefill_target(result)
         return (prefill, decode) if prefill is not None and prefill != decode else decode
+
+    def on_first_token(self, request: SimRequest, pod: str, now: float) -> None:
+        req = self._requests.get(request.request_id)
+        if req is not None:
+            self.now = now
+            self.scheduler.response_first_token(req, pod)
 
     def on_complete(self, request: SimRequest, pod: str | None, result: RequestResult) -> None:
         req = self._requests.pop(request.request_id, None)

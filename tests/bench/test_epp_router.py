@@ -67,10 +67,25 @@ def test_the_legacy_tree_drops_sheddable_requests_as_sheds():
 
 
 def test_the_prefix_index_learns_each_decision():
-    r = default_router()
+    r = make_policy("epp-gie-default")
     four = pods("a", "b", "c", "d")
     first = r.route(req("r0", SYSTEM + "q0"), four, 0.0)
     assert all(r.route(req(f"r{i}", SYSTEM + f"q{i}"), four, 0.0) == first for i in range(1, 6))
+
+
+def test_first_tokens_reach_the_prefill_ledger():
+    """With the default config, a follow-up returns to the prefix's pod once the earlier requests'
+    first tokens have arrived (their prompt work there is done)."""
+    r = default_router()
+    four = pods("a", "b", "c", "d")
+    for i in range(6):
+        request = req(f"r{i}", SYSTEM + f"q{i}")
+        pod = r.route(request, four, float(i))
+        if i == 0:
+            home = pod
+        assert pod == home
+        r.on_first_token(request, pod, i + 0.5)
+    assert r.scheduler.plugins["prefill-backlog-scorer"].backlog() == {}
 
 
 def test_pd_config_answers_prefill_and_decode_pods():

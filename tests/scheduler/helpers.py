@@ -36,3 +36,13 @@ def names(endpoints) -> list[str]:
 
 def fresh_state() -> CycleState:
     return CycleState()
+
+
+class FakeClock:
+    """A clock tests move by hand: `clock.now += 30`."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now

@@ -1,5 +1,6 @@
 """The prefix-cache scorer end to end through `Scheduler.from_config` with GIE's default config
-(configs/default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3)."""
+(configs/gie-default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3), and
+Ray EPP's default (configs/default.yaml: the same plus prefill-backlog-scorer 4)."""
 
 from pathlib import Path
 
@@ -10,11 +11,12 @@ from scheduler import Scheduler, load_config_file
 from scheduler.prefix import PREFIX_MATCH_KEY
 from tests.scheduler.helpers import endpoint, request
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+DEFAULT_CONFIG = CONFIGS / "gie-default.yaml"
 
 
 def without_prefix_scorer() -> dict:
-    """configs/default.yaml with prefix-cache-scorer taken out."""
+    """configs/gie-default.yaml with prefix-cache-scorer taken out."""
     cfg = yaml.safe_load(DEFAULT_CONFIG.read_text())
     cfg["plugins"] = [p for p in cfg["plugins"] if p["type"] != "prefix-cache-scorer"]
     for profile in cfg["schedulingProfiles"]:
@@ -30,16 +32,40 @@ def pods(n=4, **metrics):
     return [endpoint(f"pod{i}", **metrics) for i in range(n)]
 
 
-def test_default_config_is_gies_default():
-    cfg = load_config_file(DEFAULT_CONFIG)
-    (profile,) = cfg.scheduling_profiles
-    weights = {ref.plugin_ref: ref.weight for ref in profile.plugins}
-    assert weights == {
+def weights_in(path: Path) -> dict[str, float | None]:
+    (profile,) = load_config_file(path).scheduling_profiles
+    return {ref.plugin_ref: ref.weight for ref in profile.plugins}
+
+
+def test_gie_default_config_is_gies_default():
+    assert weights_in(DEFAULT_CONFIG) == {
         "queue-scorer": 2,
         "kv-cache-utilization-scorer": 2,
         "prefix-cache-scorer": 3,
         "max-score-picker": None,
     }
+
+
+def test_ray_epp_default_is_gies_plus_the_prefill_backlog():
+    assert weights_in(CONFIGS / "default.yaml") == {
+        "queue-scorer": 2,
+        "kv-cache-utilization-scorer": 2,
+        "prefix-cache-scorer": 3,
+        "prefill-backlog-scorer": 4,
+        "max-score-picker": None,
+    }
+
+
+def test_ray_epp_default_follows_a_prefix_once_its_first_token_arrived():
+    sched = Scheduler.from_config(load_config_file(CONFIGS / "default.yaml"))
+    eps = pods(4, waiting_queue_size=1, kv_cache_usage_percent=0.3)
+    for g in range(10):
+        first = request(prompt=shared_prefix(g) + "first question?", request_id=f"a{g}")
+        home = sched.schedule(first, eps).target.name
+        sched.response_first_token(first, home)
+        second = sched.schedule(request(prompt=shared_prefix(g) + "another one!", request_id=f"b{g}"), eps)
+        assert second.target.name == home
+        sched.response_complete(request(request_id=f"b{g}"), home)
 
 
 def follow_up_targets(sched: Scheduler, groups: int = 20) -> list[tuple[str, str]]:

@@ -7,21 +7,13 @@ from pydantic import ValidationError
 
 from scheduler import PreRequest, ProfileRunResult, ResponseComplete, Scheduler, SchedulingResult, ScorerCategory
 from scheduler.plugins.scorers.active_request import ActiveRequestParameters, ActiveRequestScorer
-from tests.scheduler.helpers import endpoint, fresh_state, request
+from tests.scheduler.helpers import FakeClock, endpoint, fresh_state, request
 
 POD_A, POD_B, POD_C = (
     endpoint("pod-a", waiting_queue_size=2),
     endpoint("pod-b"),
     endpoint("pod-c", waiting_queue_size=15),
 )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def scorer(**params) -> ActiveRequestScorer:

@@ -166,12 +166,37 @@ def test_debug_header_returns_trace_and_pick_endpoint(client):
         "queue-scorer",
         "kv-cache-utilization-scorer",
         "prefix-cache-scorer",
+        "prefill-backlog-scorer",
     }
     assert prof["picked"] == trace["profiles"]["default"]
     pick = client.post("/v1/pick", json={"model": MODEL, "prompt": "where would you go"})
     assert pick.status_code == 200
     assert pick.json()["primary_profile"] == "default"
     assert pick.headers["x-gateway-destination-endpoint"] == pick.json()["endpoints"]["default"][0]
+
+
+def backlog_scores(client) -> dict[str, float]:
+    """The prefill-backlog scorer's scores for a fresh prompt, from the decision trace of /v1/pick."""
+    pick = client.post("/v1/pick", json={"model": MODEL, "prompt": "fresh"}, headers={"x-epp-debug": "1"})
+    scorers = pick.json()["trace"]["profiles"]["default"]["scorers"]
+    return next(s["scores"] for s in scorers if s["type"] == "prefill-backlog-scorer")
+
+
+def test_the_first_streamed_token_releases_the_prefill_backlog(client, sim):
+    """The gateway tells the profile actors when a stream's first token arrives: while the stream
+    is still running, its pod no longer counts the prompt as work ahead of the next request."""
+    assert set(backlog_scores(client).values()) == {1.0}  # nothing in flight
+    body = {"model": MODEL, "stream": True, "max_tokens": 300, "prompt": "p" * 8000}
+    with client.stream("POST", "/v1/completions", json=body) as resp:
+        lines = resp.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))  # the first token is here
+        scores = backlog_scores(client)
+        assert set(scores.values()) == {1.0}, scores
+        assert sim.pods[0].snapshot()["running_requests_size"] + sim.pods[1].snapshot()[
+            "running_requests_size"
+        ] + sim.pods[2].snapshot()["running_requests_size"] == 1  # still decoding
+        for _ in lines:
+            pass
 
 
 def test_loaded_pod_is_avoided(client, sim):

@@ -119,6 +119,28 @@ def test_pd_pairs_and_prefix_reuse_on_the_prefill_pod() -> None:
     assert report.pods[1].requests == 2 and report.pods[0].requests == 4
 
 
+@pytest.mark.parametrize("pd", [False, True], ids=["one pod", "P/D pair"])
+def test_first_token_is_reported_when_it_is_produced(pd: bool) -> None:
+    """on_first_token fires once per request, at the client's first-token time, naming the pod
+    that streams it (the decode pod under P/D); before the completion."""
+    events: list[tuple[str, str, str, float]] = []
+    pods = [PodConfig(name="p0", role="prefill"), PodConfig(name="d0", role="decode")] if pd else [PodConfig(name="a")]
+    wl = [sim_request(f"r{i}", i * 0.05, text_tokens(512, f"s{i}"), max_tokens=8) for i in range(3)]
+    report = run_cluster_sim(
+        pods,
+        wl,
+        lambda r, p, n: ("p0", "d0") if pd else "a",
+        on_complete=lambda r, pod, res: events.append(("done", r.request_id, pod or "", res.arrival + res.e2e)),
+        on_first_token=lambda r, pod, now: events.append(("first", r.request_id, pod, now)),
+    )  # fmt: skip
+    assert report.completed == 3
+    for res in report.results:
+        mine = [e for e in events if e[1] == res.request_id]
+        assert [e[0] for e in mine] == ["first", "done"]
+        assert mine[0][2] == ("d0" if pd else "a")
+        assert mine[0][3] == pytest.approx(res.arrival + res.ttft)
+
+
 def test_report_summary_and_percentiles() -> None:
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 50) == 3.0
     assert percentile([1.0, 2.0], 90) == pytest.approx(1.9)

@@ -9,16 +9,13 @@ Counts are per plugin instance: in the Ray path, per profile actor."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
+from scheduler.inflight import InFlightLedger, LedgerClock
 from scheduler.interfaces import Parameters, PreRequest, ResponseComplete, Scorer, ScorerCategory
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
@@ -34,24 +31,18 @@ class ActiveRequestParameters(Parameters):
 
 
 @register
-class ActiveRequestScorer(Scorer, PreRequest, ResponseComplete):
+class ActiveRequestScorer(LedgerClock, Scorer, PreRequest, ResponseComplete):
     type_name = "active-request-scorer"
     category = ScorerCategory.DISTRIBUTION
     Parameters = ActiveRequestParameters
 
     def setup(self, handle) -> None:
         self.timeout = self.params.request_timeout
-        self.clock: Callable[[], float] = time.monotonic
-        self._lock = threading.Lock()
-        # request id -> (expiry time, endpoint names); one timeout for all, so oldest first.
-        self._requests: OrderedDict[str, tuple[float, list[str]]] = OrderedDict()
-        self._counts: dict[str, int] = {}
+        self.ledger = InFlightLedger(self.timeout)
 
     def counts(self) -> dict[str, int]:
         """Requests in flight per endpoint name (endpoints with none are absent)."""
-        with self._lock:
-            self._expire()
-            return dict(self._counts)
+        return self.ledger.totals()
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
         counts = self.counts()
@@ -65,36 +56,7 @@ class ActiveRequestScorer(Scorer, PreRequest, ResponseComplete):
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         names = [r.target_endpoints[0].name for r in result.profile_results.values() if r and r.target_endpoints]
-        with self._lock:
-            self._expire()
-            self._release(request.request_id)  # a request scheduled again is counted once
-            self._requests[request.request_id] = (self.clock() + self.timeout, names)
-            for name in names:
-                self._counts[name] = self._counts.get(name, 0) + 1
+        self.ledger.add(request.request_id, [(name, 1) for name in names])
 
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
-        with self._lock:
-            self._release(request.request_id)
-            self._expire()
-
-    def _release(self, request_id: str) -> None:
-        entry = self._requests.pop(request_id, None)
-        if entry is not None:
-            self._decrement(entry[1])
-
-    def _expire(self) -> None:
-        now = self.clock()
-        while self._requests:
-            request_id, (expires, names) = next(iter(self._requests.items()))
-            if expires > now:
-                break
-            del self._requests[request_id]
-            self._decrement(names)
-
-    def _decrement(self, names: list[str]) -> None:
-        for name in names:
-            count = self._counts.get(name, 0)
-            if count <= 1:
-                self._counts.pop(name, None)
-            else:
-                self._counts[name] = count - 1
+        self.ledger.release(request.request_id)
