@@ -122,7 +122,7 @@ def build_scenarios() -> dict[str, Scenario]:
             pods=lambda: make_pod_configs(8),
             workload=_random(wl.mixed_priority_spec),
             fractions=(0.5, 1.0, 1.5),
-            policies=(*OURS, *EXPERIMENTS, *ALL_PEERS),  # the admission experiment matters here only
+            policies=(*OURS, "epp-priority", *EXPERIMENTS, *ALL_PEERS),  # admission matters here only
             target="overload",
         ),
         Scenario(

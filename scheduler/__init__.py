@@ -18,6 +18,7 @@ from scheduler.interfaces import (
     ProfileHandler,
     ResponseComplete,
     ResponseFirstToken,
+    SaturationDetector,
     Scorer,
     ScorerCategory,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "ProfileTrace",
     "ResponseComplete",
     "ResponseFirstToken",
+    "SaturationDetector",
     "Scheduler",
     "SchedulerProfile",
     "SchedulingError",

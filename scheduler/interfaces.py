@@ -127,6 +127,15 @@ class ResponseComplete(Plugin):
         raise NotImplementedError
 
 
+class SaturationDetector(Plugin):
+    """Says whether the pool is saturated (GIE's SaturationDetector): the gateway then sheds
+    sheddable requests (priority < 0) with 429 before scheduling them. Declared in `plugins`;
+    it need not be in a profile (scheduler/admission.py collects them)."""
+
+    def is_pool_saturated(self, endpoints: list[Endpoint]) -> bool:
+        raise NotImplementedError
+
+
 class PDDecider(Plugin):
     """Decides, once the decode profile has picked its endpoint, whether a disaggregated stage runs
     for this request (llm-d's decider plugins): the prefill stage of P/D, or the encode stage of
@@ -143,8 +152,9 @@ class PluginTimer(Protocol):
 
 
 ROLES: tuple[type[Plugin], ...] = (
-    Filter, Scorer, Picker, ProfileHandler, PDDecider, PreRequest, ResponseFirstToken, ResponseComplete
-)
+    Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
+    ResponseComplete,
+)  # fmt: skip
 
 
 def roles_of(plugin: Plugin | type[Plugin]) -> list[str]:

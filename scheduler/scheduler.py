@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from scheduler.cycle_state import CycleState, profile_error_key
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.interfaces import Plugin, PluginTimer, PreRequest, ProfileHandler, ResponseComplete, ResponseFirstToken
+from scheduler.hooks import RequestHooks
+from scheduler.interfaces import Plugin, PluginTimer, ProfileHandler
 from scheduler.loop import run_sync, schedule_cycles
 from scheduler.profile import SchedulerProfile
 from scheduler.trace import ProfileTrace, SchedulingTrace
@@ -25,9 +26,7 @@ class Scheduler:
         self.profiles = profiles
         self.plugins = plugins if plugins is not None else _plugins_of(handler, profiles)
         self.timer = timer
-        self._pre_request_hooks = [p for p in self.plugins.values() if isinstance(p, PreRequest)]
-        self._first_token_hooks = [p for p in self.plugins.values() if isinstance(p, ResponseFirstToken)]
-        self._response_complete_hooks = [p for p in self.plugins.values() if isinstance(p, ResponseComplete)]
+        self.hooks = RequestHooks(self.plugins.values())
 
     @classmethod
     def from_config(cls, config, timer: PluginTimer | None = None) -> Scheduler:
@@ -60,18 +59,15 @@ class Scheduler:
         return result
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
-        for hook in self._pre_request_hooks:
-            hook.pre_request(request, result)
+        self.hooks.pre_request(request, result)
 
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         """Tell plugins that track prefill work that this request's first token has arrived."""
-        for hook in self._first_token_hooks:
-            hook.response_first_token(request, endpoint_name)
+        self.hooks.response_first_token(request, endpoint_name)
 
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         """Tell plugins that count requests in flight that this request's response has been sent."""
-        for hook in self._response_complete_hooks:
-            hook.response_complete(request, endpoint_name)
+        self.hooks.response_complete(request, endpoint_name)
 
     async def _run_profiles(
         self,

@@ -24,7 +24,8 @@ from scheduler import (
     load_config,
     schedule_cycles,
 )
-from scheduler.plugins.filters.utilization_detector import UtilizationDetector
+from scheduler.admission import admission_detectors, pool_saturated
+from scheduler.hooks import RequestHooks
 from scheduler.trace import SchedulingTrace
 from serve_app.disagg import hand_off
 from serve_app.endpoint_view import EndpointView
@@ -52,16 +53,11 @@ class GatewayCore:
         built = build_plugins(cfg)
         self.handler = built.handler
         self.profiles = {p.name: p.name for p in cfg.scheduling_profiles}  # handles are opaque to the handler
-        detector = next((p for p in built.plugins.values() if isinstance(p, UtilizationDetector)), None)
         self.settings = GatewaySettings.model_validate(settings)
-        self.detector = detector or UtilizationDetector(
-            params=UtilizationDetector.Parameters.model_validate(
-                {
-                    "queueDepthThreshold": self.settings.saturation_queue_depth,
-                    "kvCacheUtilThreshold": self.settings.saturation_kv_cache,
-                }
-            )
-        )
+        s = self.settings
+        self.detectors = admission_detectors(built.plugins.values(), s.saturation_queue_depth, s.saturation_kv_cache)
+        # Detectors that keep a ledger live in this process: this replica tells them its own traffic.
+        self._local_hooks = RequestHooks(self.detectors)
         self.runner = RayProfileRunner(profile_actors)
         self.view = EndpointView(datastore)
         self.forwarder = Forwarder(self.settings.connect_timeout_s, self.settings.upstream_timeout_s)
@@ -105,11 +101,24 @@ class GatewayCore:
             return None
         return self.view.models | self.view.adapters
 
+    # ---- what stateful plugins learn: the profile actors', and this replica's own detectors ----
+    def _tell_pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
+        self.runner.pre_request(request, result)
+        self._local_hooks.pre_request(request, result)
+
+    def _tell_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
+        self.runner.response_first_token(request, endpoint_name)
+        self._local_hooks.response_first_token(request, endpoint_name)
+
+    def _tell_complete(self, request: LLMRequest, endpoint_name: str) -> None:
+        self.runner.response_complete(request, endpoint_name)
+        self._local_hooks.response_complete(request, endpoint_name)
+
     def admit(self, request: LLMRequest) -> None:
         """No endpoint: 503. Sheddable while the pool is saturated: 429 at once."""
         if not self.view.endpoints:
             raise GatewayError(503, "no ready model server in the pool", code=ErrorCode.SERVICE_UNAVAILABLE.value)
-        if request.sheddable and self.detector.is_pool_saturated(self.view.endpoints):
+        if request.sheddable and pool_saturated(self.detectors, self.view.endpoints):
             raise GatewayError(
                 429, "the pool is saturated; sheddable request shed", code=ErrorCode.RESOURCE_EXHAUSTED.value
             )
@@ -146,7 +155,7 @@ class GatewayCore:
                     raise GatewayError(503, f"no endpoint could serve the request: {last_error}") from None
                 raise GatewayError.from_scheduling(err) from None
             target = result.target
-            self.runner.pre_request(req, result)
+            self._tell_pre_request(req, result)
             headers = dict(parsed.forward_headers)
             body = raw
             if result.prefill_profile_name is not None:
@@ -157,7 +166,7 @@ class GatewayCore:
                 last_error = str(err)
                 excluded.add(target.name)
                 req.excluded_endpoints = frozenset(excluded)
-                self.runner.response_complete(req, target.name)
+                self._tell_complete(req, target.name)
                 continue
             return await self._respond(parsed, result, upstream, trace, started)
         raise GatewayError(503, f"no endpoint could serve the request after retries: {last_error}")
@@ -213,7 +222,7 @@ class GatewayCore:
                 async for chunk in relay(upstream, is_sse=True):
                     if first:
                         first = False
-                        self.runner.response_first_token(req, target.name)
+                        self._tell_first_token(req, target.name)
                         self.recorder.observe(
                             "inference_objective_request_ttft_seconds", time.perf_counter() - started, labels
                         )
@@ -225,7 +234,7 @@ class GatewayCore:
 
     def _finish(self, req: LLMRequest, endpoint: str, labels, started: float, ttft: float | None) -> None:
         self.recorder.observe("inference_objective_request_duration_seconds", time.perf_counter() - started, labels)
-        self.runner.response_complete(req, endpoint)
+        self._tell_complete(req, endpoint)
 
     # ---- the rest of the surface ------------------------------------------------------------
     async def pick(self, http: Request) -> Response:
@@ -245,8 +254,8 @@ class GatewayCore:
         # Stateful plugins learn the decision (the prefix index keeps up with proxied traffic), but
         # its response never passes here: count it finished at once, or in-flight ledgers (active
         # requests, prefill backlog) would hold it until their timeout.
-        self.runner.pre_request(parsed.llm_request, result)
-        self.runner.response_complete(parsed.llm_request, result.target.name)
+        self._tell_pre_request(parsed.llm_request, result)
+        self._tell_complete(parsed.llm_request, result.target.name)
         body: dict[str, Any] = result.to_json()
         body["endpoints"] = {
             name: None if r is None else [ep.host_port for ep in r.target_endpoints]

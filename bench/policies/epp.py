@@ -6,8 +6,8 @@
   virtual clock, so a metric is exactly as stale as the simulation made it.
 * Requests -> `LLMRequest`: id, model, OpenAI body, headers and priority (< 0 is sheddable).
 * Admission, as the gateway does it (serve_app.gateway.GatewayCore.admit) before scheduling: a
-  sheddable request is shed while the pool is saturated — the config's `utilization-detector` if it
-  has one, else one with GIE's defaults (queue 5, KV 0.8), `is_pool_saturated` over every endpoint.
+  sheddable request is shed while the pool is saturated — any of the config's saturation detectors,
+  plus GIE's utilization detector (queue 5, KV 0.8) if it declares none (scheduler.admission).
   A ResourceExhausted from the scheduler (e.g. the legacy filter tree dropping a sheddable request)
   is a shed too; any other SchedulingError is an error. Both answer None (the simulation's drop)
   and are told apart in `shed` / `errors`.
@@ -22,8 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from scheduler import Endpoint, LLMRequest, Metrics, Scheduler, SchedulingError, load_config_file
+from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.errors import ErrorCode
-from scheduler.plugins.filters.utilization_detector import UtilizationDetector
 from scheduler.types import SchedulingResult
 from simulator import PodView, RequestResult, SimRequest
 
@@ -41,11 +41,9 @@ class SchedulerRouter:
         for plugin in self.scheduler.plugins.values():
             if callable(getattr(plugin, "clock", None)):
                 plugin.clock = clock  # type: ignore[attr-defined]
-        self.detector = (
-            next((p for p in self.scheduler.plugins.values() if isinstance(p, UtilizationDetector)), None)
-            or UtilizationDetector()
-        )
-        self.detector.clock = clock
+        self.detectors = admission_detectors(self.scheduler.plugins.values())
+        for detector in self.detectors:
+            detector.clock = clock  # type: ignore[attr-defined]
         self.shed: set[str] = set()
         self.errors: dict[str, str] = {}
         self._endpoints: dict[str, tuple[dict, float, Endpoint]] = {}
@@ -75,7 +73,7 @@ class SchedulerRouter:
             headers=dict(request.headers),
             priority=request.priority,
         )
-        if self.admission and req.sheddable and self.detector.is_pool_saturated(endpoints):
+        if self.admission and req.sheddable and pool_saturated(self.detectors, endpoints):
             self.shed.add(request.request_id)
             return None
         try:

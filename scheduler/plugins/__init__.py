@@ -3,7 +3,7 @@
 import importlib
 import pkgutil
 
-for _kind in ("filters", "scorers", "pickers", "handlers", "deciders"):
+for _kind in ("filters", "scorers", "pickers", "handlers", "deciders", "detectors"):
     _package = importlib.import_module(f"{__name__}.{_kind}")
     for _module in pkgutil.iter_modules(_package.__path__):
         importlib.import_module(f"{_package.__name__}.{_module.name}")

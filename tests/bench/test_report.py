@@ -159,6 +159,15 @@ def test_overload_targets():
     assert passed(targets.check(result)) == [True, True]
     result["runs"][1]["metrics"]["by_priority"] = prio(250, 1, 6)
     assert passed(targets.check(result)) == [False, False]
+    # configs/priority.yaml is held to the same target when the run has it
+    both = fake_result({"epp-default": {}, "epp-priority": {}}, "overload", fractions=(0.5, 1.5))
+    both["policies"] = ["epp-default", "epp-priority"]
+    for run, (ttft, crit_shed) in zip(both["runs"], [(100, 0), (100, 0), (250, 0), (150, 0)], strict=True):
+        run["metrics"]["by_priority"] = prio(ttft, crit_shed, 6)
+    verdicts = targets.check(both)
+    assert [(v["policy"], v["passed"]) for v in verdicts] == [
+        ("epp-default", True), ("epp-default", False), ("epp-priority", True), ("epp-priority", True),
+    ]  # fmt: skip
 
 
 def test_uniform_targets_allow_five_percent():

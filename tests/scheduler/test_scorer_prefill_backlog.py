@@ -4,7 +4,8 @@ fake clock; then with the prefix-cache scorer in a real profile (the match info 
 import pytest
 
 from scheduler import ProfileRunResult, ResponseComplete, ResponseFirstToken, Scheduler, SchedulingResult
-from scheduler.plugins.scorers.prefill_backlog import PrefillBacklogParameters, PrefillBacklogScorer
+from scheduler.plugins.scorers.prefill_backlog import PrefillBacklogScorer
+from scheduler.prefill_ledger import PrefillLedgerParameters
 from scheduler.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from tests.scheduler.helpers import FakeClock, endpoint, fresh_state, request
 
@@ -13,7 +14,7 @@ PODS = {"pod-a": A, "pod-b": B, "pod-c": C}
 
 
 def scorer(**params) -> PrefillBacklogScorer:
-    s = PrefillBacklogScorer(params=PrefillBacklogParameters(**params))
+    s = PrefillBacklogScorer(params=PrefillLedgerParameters(**params))
     s.clock = FakeClock()
     return s
 
@@ -130,7 +131,7 @@ def test_roles_and_parameters():
     assert isinstance(s, ResponseFirstToken) and isinstance(s, ResponseComplete)
     assert s.params.request_timeout == 120.0
     with pytest.raises(ValueError):
-        PrefillBacklogParameters(requestTimeout="0s")
+        PrefillLedgerParameters(requestTimeout="0s")
 
 
 CONFIG = """

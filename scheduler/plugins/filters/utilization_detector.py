@@ -31,7 +31,7 @@ from pydantic import BeforeValidator, Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
-from scheduler.interfaces import Filter, Parameters
+from scheduler.interfaces import Filter, Parameters, SaturationDetector
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, Metrics
 
@@ -47,7 +47,7 @@ class UtilizationDetectorParameters(Parameters):
 
 
 @register
-class UtilizationDetector(Filter):
+class UtilizationDetector(Filter, SaturationDetector):
     type_name = "utilization-detector"
     Parameters = UtilizationDetectorParameters
 

@@ -1,0 +1,32 @@
+"""Admission: which saturation detectors decide whether a sheddable request is shed, and the test.
+
+The gateway (serve_app.gateway.GatewayCore.admit) and the cluster-simulation router
+(bench.policies.epp) both ask here, so the benchmark measures the admission users get.
+
+The detectors are every `SaturationDetector` the config declares, plus GIE's utilization detector
+with the given defaults when the config declares none of that type: the scraped-metrics line always
+applies, and a ledger detector (e.g. `prefill-backlog-detector`) can only make admission stricter.
+The pool is saturated when any detector says so."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from scheduler.interfaces import Plugin, SaturationDetector
+from scheduler.plugins.filters.utilization_detector import UtilizationDetector
+from scheduler.types import Endpoint
+
+
+def admission_detectors(
+    plugins: Iterable[Plugin], queue_depth: int = 5, kv_cache: float = 0.8
+) -> list[SaturationDetector]:
+    """The config's detectors, with GIE's utilization detector (queue_depth, kv_cache) added if absent."""
+    detectors = [p for p in plugins if isinstance(p, SaturationDetector)]
+    if not any(isinstance(d, UtilizationDetector) for d in detectors):
+        params = {"queueDepthThreshold": queue_depth, "kvCacheUtilThreshold": kv_cache}
+        detectors.insert(0, UtilizationDetector(params=UtilizationDetector.Parameters.model_validate(params)))
+    return detectors
+
+
+def pool_saturated(detectors: Iterable[SaturationDetector], endpoints: list[Endpoint]) -> bool:
+    return any(d.is_pool_saturated(endpoints) for d in detectors)

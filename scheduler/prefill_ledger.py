@@ -1,0 +1,72 @@
+"""The prompt work a router has sent to each endpoint and not yet seen answered: estimated uncached
+prompt tokens of requests whose first token has not arrived. What `prefill-backlog-scorer` ranks
+endpoints by and `prefill-backlog-detector` admits by.
+
+PreRequest adds a request's uncached tokens to its prefill target (the prefill profile's target in
+P/D, else the primary's), ResponseFirstToken or ResponseComplete removes them, `requestTimeout`
+drops the lost. Tokens are estimated as GIE does, 4 characters a token; the cached part is what the
+`prefix-cache-scorer` (when it ran in the profile) published as the target's PrefixCacheMatchInfo.
+Ledgers are per plugin instance: in the Ray path, per profile actor, each told every event."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
+
+from scheduler.duration import duration_seconds
+from scheduler.inflight import InFlightLedger, LedgerClock
+from scheduler.interfaces import Parameters, PreRequest, ResponseComplete, ResponseFirstToken
+from scheduler.prefix.hashing import AVERAGE_CHARS_PER_TOKEN
+from scheduler.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
+from scheduler.types import Endpoint, LLMRequest, SchedulingResult
+
+PREFILL_PROFILE = "prefill"  # GIE's / llm-d's prefill profile name when the handler names none
+Seconds = Annotated[float, BeforeValidator(duration_seconds)]
+
+
+class PrefillLedgerParameters(Parameters):
+    # A Go duration string in config ("30s", "2m"); seconds once loaded.
+    request_timeout: Seconds = Field(default=120.0, alias="requestTimeout", gt=0.0)
+
+
+def prompt_tokens(request: LLMRequest) -> int:
+    """The prompt's length in estimated tokens (at least 1)."""
+    return max(1, len(request.prompt_text()) // AVERAGE_CHARS_PER_TOKEN)
+
+
+def uncached_tokens(total: int, match: PrefixCacheMatchInfo | None) -> int:
+    """The prompt tokens a server still has to prefill, given what the prefix scorer thinks it holds."""
+    return total if match is None else max(0, total - match.match_tokens)
+
+
+def prefill_target(result: SchedulingResult) -> Endpoint | None:
+    """Where the prompt is prefilled: the prefill profile's target in P/D, else the primary's."""
+    for name in (result.prefill_profile_name or PREFILL_PROFILE, result.primary_profile_name):
+        profile = result.profile_results.get(name) if name else None
+        if profile is not None and profile.target_endpoints:
+            return profile.target_endpoints[0]
+    return None
+
+
+class PrefillLedger(LedgerClock, PreRequest, ResponseFirstToken, ResponseComplete):
+    """Mixin: the hooks that keep `self.ledger`; `backlog()` reads it."""
+
+    def setup(self, handle) -> None:
+        self.ledger = InFlightLedger(self.params.request_timeout)
+
+    def backlog(self) -> dict[str, int]:
+        """Estimated uncached prompt tokens awaiting their first token, per endpoint name."""
+        return self.ledger.totals()
+
+    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
+        target = prefill_target(result)
+        if target is not None:
+            tokens = uncached_tokens(prompt_tokens(request), target.attributes.get(PREFIX_MATCH_KEY))
+            self.ledger.add(request.request_id, [(target.name, tokens)])
+
+    def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
+        self.ledger.release(request.request_id)
+
+    def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
+        self.ledger.release(request.request_id)
