@@ -1,5 +1,6 @@
-"""configs/lora.yaml: the adapter's location first, load among equals, saturation spills
-(utilization-detector filter + lora-affinity / queue / kv-cache scorers)."""
+"""configs/lora.yaml: the adapter's location first (as reported or as remembered), load among the
+servers holding it, a popular adapter spreads to free slots, saturation spills (utilization-detector
+filter + lora-residency / prefill-backlog / queue / kv-cache scorers)."""
 
 import time
 from pathlib import Path
@@ -69,3 +70,25 @@ def test_lora_config(pods, want):
             p.metrics.update_time = time.time()
     sched = Scheduler.from_config(load_config_file(CONFIG))
     assert sched.schedule(request(model="lora-1"), pods).target.name == want
+
+
+def test_an_idle_adapter_keeps_its_server():
+    """vLLM stops listing an adapter once its requests finish; the scheduler remembers it is there."""
+    sched = Scheduler.from_config(load_config_file(CONFIG))
+    first = [pod("a", 0, 0.1, ["lora-1"], max_active=4), pod("b", 0, 0.1, ["m2"], max_active=4)]
+    assert sched.schedule(request(model="lora-1", request_id="l1"), first).target.name == "a"
+    sched.response_complete(request(model="lora-1", request_id="l1"), "a")
+    for i in range(9):  # other traffic: lora-1 is a tenth of it, one server is enough for it
+        req = request(model="m2", request_id=f"m{i}")
+        sched.response_complete(req, sched.schedule(req, first).target.name)
+    idle = [pod("a", 1, 0.1, ["m2"], max_active=4), pod("b", 0, 0.0, ["m2"], max_active=4)]
+    assert sched.schedule(request(model="lora-1", request_id="l2"), idle).target.name == "a"
+
+
+def test_a_hot_adapter_whose_server_is_busiest_takes_a_free_slot():
+    sched = Scheduler.from_config(load_config_file(CONFIG))
+    pods = [pod("a", 0, 0.1, ["lora-1"], max_active=4), pod("b", 0, 0.1, max_active=4)]
+    assert sched.schedule(request(model="lora-1", request_id="1"), pods).target.name == "a"
+    # All the traffic is lora-1's, its first request is still prefilling on "a", and "a" queues.
+    busy = [pod("a", 2, 0.1, ["lora-1"], max_active=4), pod("b", 0, 0.1, max_active=4)]
+    assert sched.schedule(request(model="lora-1", request_id="2"), busy).target.name == "b"
