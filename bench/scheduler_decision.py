@@ -1,8 +1,9 @@
-"""How long one scheduling decision takes: `Scheduler.schedule` with GIE's default config
-(configs/default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3) for
-8 KB prompts, at several pool sizes.
+"""How long one scheduling decision takes: `Scheduler.schedule` with Ray EPP's default config
+(configs/default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3,
+prefill-backlog-scorer 4) or any other (`--config`, e.g. configs/gie-default.yaml) for 8 KB prompts,
+at several pool sizes.
 
-    .venv/bin/python -m bench.scheduler_decision [--endpoints 8,64,512] [--decisions 3000]
+    .venv/bin/python -m bench.scheduler_decision [--endpoints 8,64,512] [--decisions 3000] [--config F]
 
 Each request is a fresh LLMRequest (nothing memoised) whose prompt is one of 64 shared prefixes
 (6 KB) plus a unique 2 KB tail, so the prefix index holds real content and most requests match a
@@ -140,12 +141,19 @@ class PluginTimes:
 
 
 def run(
-    n_endpoints: int, decisions: int, warmup: int, prompt_bytes: int, groups: int, seed: int, freeze: bool = False
+    n_endpoints: int,
+    decisions: int,
+    warmup: int,
+    prompt_bytes: int,
+    groups: int,
+    seed: int,
+    freeze: bool = False,
+    config_path: Path = DEFAULT_CONFIG,
 ) -> dict:
     rng = random.Random(seed)
     endpoints = make_endpoints(n_endpoints, rng)
     workload = Workload(rng, prompt_bytes, groups)
-    config = load_config_file(DEFAULT_CONFIG)
+    config = load_config_file(config_path)
     clock = time.perf_counter_ns
     cpu = time.thread_time_ns  # CPU time: what a decision costs when other processes take the cores
 
@@ -236,12 +244,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="runs per size; the one with the lowest total p50 is shown")
     ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after the warm-up")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the EndpointPickerConfig to time")
     args = ap.parse_args(argv)
 
     rows = []
     for n in args.endpoints.split(","):
         rounds = [
-            run(int(n), args.decisions, args.warmup, args.prompt_bytes, args.groups, args.seed + i, args.gc_freeze)
+            run(
+                int(n), args.decisions, args.warmup, args.prompt_bytes, args.groups, args.seed + i, args.gc_freeze,
+                args.config,
+            )
             for i in range(args.rounds)
         ]
         best = min(rounds, key=lambda r: r["total_p50_us"])
@@ -250,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"machine: {machine()}; load average during the run {os.getloadavg()[0]:.2f}")
     print(
         f"{args.decisions} decisions per size after {args.warmup} warm-up, {args.prompt_bytes} B prompts, "
-        f"{args.groups} shared-prefix groups, configs/default.yaml; best of {args.rounds} rounds\n"
+        f"{args.groups} shared-prefix groups, {args.config}; best of {args.rounds} rounds\n"
     )
     print(
         "| endpoints | decision p50 | decision p99 | + pre-request p50 | total p50 | total p99 | total CPU p50 / p99 "
