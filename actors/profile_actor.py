@@ -24,7 +24,7 @@ from ray.exceptions import ActorDiedError
 from actors.channel import ChannelServer
 from actors.metrics_hub import MetricsPusher, MetricsRecorder, get_or_create_hub
 from actors.options import as_options
-from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome
+from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, as_served
 from scheduler import (
     Endpoint,
     ErrorCode,
@@ -106,7 +106,7 @@ class ProfileActor:
                     self._datastore = ray.get_actor(self._datastore_name, namespace=self._namespace)
                 version, endpoints = await self._datastore.watch.remote(self._version, opts.watch_timeout_s)
                 if version != self._version:
-                    self._version, self._endpoints = version, endpoints
+                    self._version, self._endpoints = version, as_served(endpoints)
                     self._snapshot_event.set()
                     self._snapshot_event = asyncio.Event()
                     if opts.snapshot_min_interval_s:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler import CycleState, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
+from scheduler import CycleState, Endpoint, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
 
 
 @dataclass(slots=True)
@@ -48,3 +48,17 @@ class ProfileEvent:
     request: LLMRequest
     result: SchedulingResult | None = None
     endpoint_name: str | None = None
+
+
+def as_served(endpoints: list[Endpoint]) -> list[Endpoint]:
+    """Endpoints from a datastore snapshot, ready for plugins: freshness is the datastore's job.
+
+    It serves only pods whose metrics actor reported within its staleness threshold and whose
+    scrapes succeed; a metrics actor reports on change (and a heartbeat), so an idle pod's
+    `update_time` can be a heartbeat old although its metrics are current. Set to 0 ("freshness not
+    tracked"), the utilization detector judges these endpoints on queue and KV alone instead of
+    calling an idle pool stale (and so saturated). The snapshot's objects are this process's own
+    copies, changed in place."""
+    for ep in endpoints:
+        ep.metrics.update_time = 0.0
+    return endpoints

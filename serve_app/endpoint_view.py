@@ -11,6 +11,7 @@ import logging
 import time
 from typing import Any
 
+from actors.protocol import as_served
 from scheduler import Endpoint
 
 log = logging.getLogger("ray_epp.gateway")
@@ -45,7 +46,7 @@ class EndpointView:
                 version, endpoints = await self._datastore.watch.remote(self.version, self._watch_timeout_s)
                 if version != self.version:
                     self.version = version
-                    self.endpoints = endpoints
+                    self.endpoints = endpoints = as_served(endpoints)
                     self.by_name = {ep.name: ep for ep in endpoints}
                     self.adapters = {
                         m for ep in endpoints for m in (*ep.metrics.active_models, *ep.metrics.waiting_models)
