@@ -100,7 +100,12 @@ def markdown(result: dict[str, Any], png_name: str | None = None) -> str:
         f"* command: `{result['meta'].get('command', '')}`",
         f"* run {result['meta'].get('date', '')} at commit {result['meta'].get('git_commit', '') or '?'}",
         "",
-        "Latencies in ms; decision µs is the router's wall time per request in this process.",
+        (
+            "Latencies in ms; decision µs is the router's wall time per request in this process."
+            if result["driver"] != "e2e"
+            else f"Latencies in ms. End to end: the scenario's first {result['pods']} pods (its description "
+            "names the simulation's pool); the routers are other processes, so decision µs is not measured (-)."
+        ),
         "",
         table(result),
     ]

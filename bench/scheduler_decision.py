@@ -291,7 +291,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     if args.json:
         args.json.write_text(
-            json.dumps({"machine": machine(), "args": vars(args) | {"json": str(args.json)}, "results": rows}, indent=2)
+            json.dumps(
+                {
+                    "machine": machine(),
+                    "args": vars(args) | {"json": str(args.json), "config": str(args.config)},
+                    "results": rows,
+                },
+                indent=2,
+            )
         )
 
 
