@@ -1,4 +1,4 @@
-"""Ray EPP's actors: per-pod metrics scrapers, the datastore, and one actor per scheduling profile.
+"""Ray EPP's actors: metrics scrapers (one per Ray node's pods), the datastore, one actor per profile.
 
 from actors import start_epp_actors, stop_epp_actors, PodSpec
 epp = start_epp_actors(config, [PodSpec(name="pod-a", address="10.0.0.5", port=8000)])
@@ -9,7 +9,7 @@ outcomes = ray.get(epp.profiles["default"].run_batch.remote([ProfileCall(request
 from actors.datastore import DatastoreActor
 from actors.launcher import EppActors, PodsFileError, load_pods_file, parse_pods, start_epp_actors, stop_epp_actors
 from actors.options import ActorOptions, PodSpec
-from actors.pod_metrics import PodMetricsActor, PodScraper
+from actors.pod_metrics import NodeMetricsActor, PodScraper
 from actors.profile_actor import ProfileActor
 from actors.protocol import ProfileCall, ProfileOutcome
 
@@ -17,7 +17,7 @@ __all__ = [
     "ActorOptions",
     "DatastoreActor",
     "EppActors",
-    "PodMetricsActor",
+    "NodeMetricsActor",
     "PodScraper",
     "PodSpec",
     "PodsFileError",

@@ -19,36 +19,96 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 HUB_NAME = "epp-metrics-hub"
 
 LATENCY_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-REQUEST_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30,
-                   45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600)
+REQUEST_BUCKETS = (
+    0.005,
+    0.025,
+    0.05,
+    0.1,
+    0.2,
+    0.4,
+    0.6,
+    0.8,
+    1.0,
+    1.25,
+    1.5,
+    2,
+    3,
+    4,
+    5,
+    6,
+    8,
+    10,
+    15,
+    20,
+    30,
+    45,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    480,
+    600,
+    900,
+    1200,
+    1800,
+    2700,
+    3600,
+)
 
 # name -> (kind, help, label names, buckets)
 METRICS: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...]]] = {
     "inference_extension_scheduler_e2e_duration_seconds": (
-        "histogram", "End-to-end scheduling latency distribution in seconds.", (), LATENCY_BUCKETS),
+        "histogram",
+        "End-to-end scheduling latency distribution in seconds.",
+        (),
+        LATENCY_BUCKETS,
+    ),
     "inference_extension_scheduler_attempts_total": (
-        "counter", "Total number of scheduling attempts.", ("status", "target_model_name"), ()),
+        "counter",
+        "Total number of scheduling attempts.",
+        ("status", "target_model_name"),
+        (),
+    ),
     "inference_extension_plugin_duration_seconds": (
-        "histogram", "Plugin processing latency distribution in seconds for each extension point, plugin type and "
-        "plugin name.", ("extension_point", "plugin_type", "plugin_name"), LATENCY_BUCKETS),
+        "histogram",
+        "Plugin processing latency distribution in seconds for each extension point, plugin type and plugin name.",
+        ("extension_point", "plugin_type", "plugin_name"),
+        LATENCY_BUCKETS,
+    ),
     "inference_objective_request_total": (
-        "counter", "Counter of inference objective requests broken out for each model and target model.",
-        ("model_name", "target_model_name", "priority"), ()),
+        "counter",
+        "Counter of inference objective requests broken out for each model and target model.",
+        ("model_name", "target_model_name", "priority"),
+        (),
+    ),
     "inference_objective_request_error_total": (
-        "counter", "Counter of inference objective requests errors broken out for each model and target model.",
-        ("model_name", "target_model_name", "error_code"), ()),
+        "counter",
+        "Counter of inference objective requests errors broken out for each model and target model.",
+        ("model_name", "target_model_name", "error_code"),
+        (),
+    ),
     "inference_objective_request_duration_seconds": (
-        "histogram", "Inference objective response latency distribution in seconds for each model and target model.",
-        ("model_name", "target_model_name"), REQUEST_BUCKETS),
+        "histogram",
+        "Inference objective response latency distribution in seconds for each model and target model.",
+        ("model_name", "target_model_name"),
+        REQUEST_BUCKETS,
+    ),
     "inference_objective_request_ttft_seconds": (
-        "histogram", "Inference objective time to first token distribution in seconds (as the gateway saw it).",
-        ("model_name", "target_model_name"), REQUEST_BUCKETS),
+        "histogram",
+        "Inference objective time to first token distribution in seconds (as the gateway saw it).",
+        ("model_name", "target_model_name"),
+        REQUEST_BUCKETS,
+    ),
     "inference_objective_running_requests": (
-        "gauge", "Inference objective number of running requests in each model.", ("model_name",), ()),
-    "disagg_decision_total": (
-        "counter", "Prefill/decode disaggregation decisions.", ("decision",), ()),
-    "disagg_prefill_failure_total": (
-        "counter", "Prefill calls that failed, by what happened next.", ("outcome",), ()),
+        "gauge",
+        "Inference objective number of running requests in each model.",
+        ("model_name",),
+        (),
+    ),
+    "disagg_decision_total": ("counter", "Prefill/decode disaggregation decisions.", ("decision",), ()),
+    "disagg_prefill_failure_total": ("counter", "Prefill calls that failed, by what happened next.", ("outcome",), ()),
 }
 
 

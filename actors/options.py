@@ -55,11 +55,25 @@ class ActorOptions(BaseModel):
     http_client: Literal["fast", "aiohttp"] = "fast"
     models_path: str = "/v1/models"
     models_refresh_s: float = Field(10.0, gt=0)
-    # A metrics actor reports on change, and at least this often so the datastore knows it is alive.
+    # A pod's metrics are reported on change, and at least this often: so the datastore knows it is
+    # alive, and so the update_time (scrape time) in snapshots is at most about this old (readers
+    # get a newer one only with a new snapshot). GIE's utilization detector calls metrics older than
+    # 200 ms stale: 0.1 keeps them fresh for it, at ~10 report calls and snapshot versions a second
+    # per metrics actor even when nothing changes. The heartbeats of a metrics actor's pods share
+    # one report call.
     heartbeat_s: float = Field(1.0, gt=0)
-    # Changed metrics are reported at most this often (0: every change). Each report is a Ray call
-    # costing ~1.5 ms CPU in the metrics actor and ~2.4 ms in the datastore (docs/BENCHMARKS.md).
+    # Changed metrics are reported at most this often (0: every change).
     min_report_interval_s: float = Field(0.0, ge=0)
+    # One metrics actor scrapes the pods of one Ray node (pods on no Ray node share actors too), at
+    # most this many per actor; more pods on a node get more actors.
+    max_pods_per_metrics_actor: int = Field(16, ge=1)
+    # A metrics actor sends what its scrapers have to report in one Ray call per scrape round (a
+    # call costs ~1.5 ms of CPU in the metrics actor and ~2.4 ms in the datastore, whatever it
+    # carries): the call goes when every scrape of the round is through, but a report waits at most
+    # this long for slow ones (0: at once; reports that come while a call is in flight still share
+    # the next one).
+    report_batch_max_wait_s: float = Field(0.02, ge=0)
+
     # Health: GIE's metricsStalenessThreshold is 2 s.
     staleness_threshold_s: float = Field(2.0, gt=0)
     unhealthy_after_failures: int = Field(5, ge=1)

@@ -1,17 +1,27 @@
-"""One actor per model server: scrape its Prometheus `/metrics` every 50 ms, map it to `Metrics`
-with the pod's engine preset, and tell the datastore when something changed.
+"""Scrape model servers' Prometheus `/metrics` every 50 ms, map each page to `Metrics` with the
+pod's engine preset, and tell the datastore what changed.
 
-`PodScraper` is the loop in plain asyncio (report callbacks injected, so the benchmark can run it
-without Ray); `PodMetricsActor` is the Ray actor around it. The actor starts scraping as soon as it
-is constructed, so a restarted actor (max_restarts=-1) resumes without being told to."""
+`PodScraper` is one pod's loop in plain asyncio (report callbacks injected, so the benchmark can run
+it without Ray). `NodeMetricsActor` is the Ray actor: it runs the scrapers of every pod of one Ray
+node (or of one shard of them, see `ActorOptions.max_pods_per_metrics_actor`) in one event loop,
+and sends what they have to report to the datastore in one call per scrape round
+(`ReportBatcher`), not one call per pod and change. A Ray actor call costs milliseconds of CPU on
+each side and an actor process costs memory and idle CPU, so N pods cost one process and at most
+~20 calls a second instead of N processes and up to N x 20 calls (bench/metrics_path_cpu.py). The
+actor starts scraping as soon as it is constructed, so a restarted actor (max_restarts=-1) resumes
+without being told to; a restarted one asks the datastore for its current pod list."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
+import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -25,8 +35,22 @@ from scheduler.engine_metrics import DEFAULT_REGISTRY, EngineRegistry, parse_met
 
 log = logging.getLogger("ray_epp.actors.pod_metrics")
 
+# Called with (metrics, error, consecutive failures, total failures); returns what to await. It
+# should queue the report before it returns (ReportBatcher.report does), not when awaited.
 ReportFn = Callable[[Metrics | None, str | None, int, int], Awaitable[None]]
 ModelsFn = Callable[[list[str]], Awaitable[None]]
+
+
+def after_scrape(tick: int, now: float, interval: float) -> tuple[int, float]:
+    """(the tick of the next scrape, how long to wait for it) after the scrape of tick `tick`
+    (tick k is at k x interval on the monotonic clock) ended at `now`. Every scraper of a process
+    wakes on the same ticks, so one round's reports go to the datastore together. On time: the next
+    tick. Late (the scrape overran its slot): the next scrape at once, and the one after it on the
+    grid again; never a burst to catch up."""
+    due = (tick + 1) * interval
+    if now < due:
+        return tick + 1, due - now
+    return math.floor(now / interval), 0.0
 
 
 def same_metrics(a: Metrics | None, b: Metrics | None) -> bool:
@@ -54,9 +78,10 @@ def model_ids(payload: Any) -> list[str]:
 
 
 class PodScraper:
-    """Scrapes one pod in a loop. Reports a success when the metrics changed or `heartbeat_s` has
-    passed since the last report; reports failures one by one until the pod would be unhealthy, then
-    once per heartbeat."""
+    """Scrapes one pod in a loop, on the ticks of `after_scrape`. Reports a success when the metrics
+    changed or a heartbeat is due (`heartbeat_s`, see `_heartbeat_due`); reports failures one by
+    one until the pod would be unhealthy, then once per heartbeat. An unchanged page is not parsed
+    again."""
 
     def __init__(
         self,
@@ -65,8 +90,11 @@ class PodScraper:
         report: ReportFn,
         report_models: ModelsFn | None = None,
         registry: EngineRegistry | None = None,
+        round_tracker: ReportRound | None = None,
     ) -> None:
         self.spec = spec
+        self._round = round_tracker
+        self._round_open = False
         self.options = options
         if registry is None:
             registry = EngineRegistry.from_params(options.metrics_extractor) if options.metrics_extractor else None
@@ -97,6 +125,10 @@ class PodScraper:
         self.reports = 0
         self.report_errors = 0
         self.parse_seconds = 0.0
+        self.parses = 0
+        self.parse_skips = 0
+        self._last_body: bytes | None = None
+        self._last_parsed: tuple[Metrics | None, str | None] | None = None
         self.last_error: str | None = None
         self.last_warning: str | None = None
         self.last_success: float | None = None
@@ -146,7 +178,7 @@ class PodScraper:
     async def _run(self) -> None:
         interval = self.options.refresh_interval_s
         self._models_task = asyncio.get_running_loop().create_task(self._models_loop())
-        next_at = time.monotonic()
+        tick = math.floor(time.monotonic() / interval)  # the first scrape at once, the next ones on the ticks
         while True:
             try:
                 await self.scrape_once()
@@ -156,15 +188,31 @@ class PodScraper:
                 return
             except Exception as err:  # never let the loop die
                 log.exception("scrape loop of %s: %s", self.spec.name, err)
-            next_at += interval
             now = time.monotonic()
-            if next_at < now - interval:  # fell behind (slow pod or report): do not burst
-                next_at = now
-            await asyncio.sleep(max(0.0, next_at - now))
+            tick, wait = after_scrape(tick, now, interval)
+            if wait > 0:
+                await asyncio.sleep(wait)
 
     async def scrape_once(self) -> None:
         """One scrape, parse and (maybe) report."""
         self.scrapes += 1
+        if self._round is not None:
+            self._round.begin()
+            self._round_open = True
+        try:
+            await self._scrape_and_report()
+        finally:
+            self._close_round()
+
+    def _close_round(self) -> None:
+        """This scrape has said what it had to say (or has nothing to say): the round need not
+        wait for it any more."""
+        if self._round_open:
+            self._round_open = False
+            assert self._round is not None
+            self._round.end()
+
+    async def _scrape_and_report(self) -> None:
         metrics, error = await self._fetch_and_parse()
         now = time.monotonic()
         if error is None:
@@ -175,7 +223,7 @@ class PodScraper:
             self.consecutive_failures = 0
             since = now - self._reported_at
             changed = since >= self.options.min_report_interval_s and not same_metrics(metrics, self._reported)
-            if self._force or changed or since >= self.options.heartbeat_s:
+            if self._force or changed or self._heartbeat_due(now):
                 await self._send(metrics, None, now)
             return
         self.failures += 1
@@ -184,9 +232,16 @@ class PodScraper:
         if (
             self._force
             or self.consecutive_failures <= self.options.unhealthy_after_failures
-            or now - self._reported_at >= self.options.heartbeat_s
+            or self._heartbeat_due(now)
         ):
             await self._send(None, error, now)
+
+    def _heartbeat_due(self, now: float) -> bool:
+        """A heartbeat is due when a multiple of heartbeat_s passed since the last report: at most
+        heartbeat_s (plus a scrape interval) apart, and on the same tick for every scraper of a
+        process, so their heartbeats share one report call."""
+        beat = self.options.heartbeat_s
+        return math.floor(now / beat) != math.floor(self._reported_at / beat)
 
     async def _get(self, conn: KeepAliveGet, url: str, path: str) -> tuple[int, bytes]:
         """(status, body) with the configured client; raises HttpError."""
@@ -207,17 +262,28 @@ class PodScraper:
             return None, f"GET {self.url}: {err}"
         if status != 200:
             return None, f"GET {self.url}: HTTP {status}"
+        if body == self._last_body and self._last_parsed is not None:
+            # the same page as last time (an idle server): the same outcome, without parsing it again
+            self.parse_skips += 1
+            metrics, error = self._last_parsed
+            return (None if metrics is None else replace(metrics)), error
         start = time.perf_counter()
         result = parse_metrics(body.decode("utf-8", "replace"), self.engine, self.last_metrics)
         self.parse_seconds += time.perf_counter() - start
+        self.parses += 1
         self.last_warning = "; ".join(result.warnings) if result.warnings else None
-        if not result.ok:
-            return None, f"bad metrics from {self.url} (engine {self.engine.name}): {result.error}"
-        return result.metrics, None
+        if result.ok:
+            outcome: tuple[Metrics | None, str | None] = (result.metrics, None)
+        else:
+            outcome = None, f"bad metrics from {self.url} (engine {self.engine.name}): {result.error}"
+        self._last_body, self._last_parsed = body, (None if outcome[0] is None else replace(outcome[0]), outcome[1])
+        return outcome
 
     async def _send(self, metrics: Metrics | None, error: str | None, now: float) -> None:
         try:
-            await self._report(metrics, error, self.consecutive_failures, self.failures)
+            sent = self._report(metrics, error, self.consecutive_failures, self.failures)  # queued (batcher)
+            self._close_round()
+            await sent
         except asyncio.CancelledError:
             raise
         except Exception as err:
@@ -261,6 +327,7 @@ class PodScraper:
         now = time.monotonic()
         return {
             "pod": self.spec.name,
+            "pid": os.getpid(),
             "url": self.url,
             "engine": self.engine.name,
             "running": self.running,
@@ -272,7 +339,9 @@ class PodScraper:
             "last_error": self.last_error,
             "last_warning": self.last_warning,
             "last_success_age_s": None if self.last_success is None else round(now - self.last_success, 3),
-            "parse_us_avg": round(self.parse_seconds / max(1, self.scrapes) * 1e6, 1),
+            "parses": self.parses,
+            "parse_skips": self.parse_skips,
+            "parse_us_avg": round(self.parse_seconds / max(1, self.parses) * 1e6, 1),
             "process_cpu_s": round(time.process_time() - self._started_cpu, 4),
             "uptime_s": round(now - self._started, 3),
             "models": self.models,
@@ -280,47 +349,230 @@ class PodScraper:
         }
 
 
+ReportEntry = tuple[str, Metrics | None, str | None, int, int]  # pod, metrics, error, consecutive, total
+
+
+class ReportRound:
+    """Counts the scrapes under way that may still report (see `PodScraper.scrape_once`)."""
+
+    def __init__(self) -> None:
+        self.busy = 0
+        self._quiet: asyncio.Event | None = None
+
+    def begin(self) -> None:
+        self.busy += 1
+
+    def end(self) -> None:
+        self.busy -= 1
+        if self.busy == 0 and self._quiet is not None:
+            self._quiet.set()
+
+    async def wait_quiet(self, max_wait_s: float) -> None:
+        """Until no scrape is under way, or max_wait_s."""
+        if self.busy <= 0 or max_wait_s <= 0:
+            return
+        self._quiet = quiet = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max_wait_s):
+                await quiet.wait()
+        self._quiet = None
+
+
+class ReportBatcher(ReportRound):
+    """Coalesces the reports of several scrapers into one `send(entries)` call.
+
+    The scrapers of a process tick together (`after_scrape`) and tell the batcher when a scrape
+    begins and when it has queued its report or decided it has none (`ReportRound`): a call goes out
+    as soon as every scrape of the round is through, or `max_wait_s` after the first report, with
+    every report queued by then; reports queued while a call is in flight go in the next one (one
+    call in flight at a time). `report()` queues at once and returns a future that completes when
+    the call that carried the entry has returned, or raises what that call raised, so each scraper
+    keeps its own rules for what to say again after a lost report."""
+
+    def __init__(self, send: Callable[[list[ReportEntry]], Awaitable[Any]], max_wait_s: float) -> None:
+        super().__init__()
+        self._send = send
+        self.max_wait_s = max_wait_s
+        self._pending: list[tuple[ReportEntry, asyncio.Future[None]]] = []
+        self._task: asyncio.Task | None = None
+        self.calls = 0
+        self.entries = 0
+
+    def report(self, entry: ReportEntry) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._pending.append((entry, future))
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._flush())
+        return future
+
+    async def _flush(self) -> None:
+        await self.wait_quiet(self.max_wait_s)
+        while self._pending:
+            batch, self._pending = self._pending, []
+            self.calls += 1
+            self.entries += len(batch)
+            try:
+                await self._send([entry for entry, _ in batch])
+            except asyncio.CancelledError:
+                for _, future in batch:
+                    future.cancel()
+                raise
+            except Exception as err:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(err)
+            else:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_result(None)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        for _, future in self._pending:
+            future.cancel()
+        self._pending = []
+
+
 @ray.remote
-class PodMetricsActor:
-    """A pod's scraper as a Ray actor. Created by the datastore (detached, named, max_restarts=-1);
-    if its datastore is gone for good it kills itself, so no orphan keeps scraping."""
+class NodeMetricsActor:
+    """The scrapers of a group of pods (the datastore groups them by Ray node) in one Ray actor,
+    reporting to the datastore in batches. Created by the datastore (detached, named
+    `<datastore>:metrics:<group>`, max_restarts=-1); if its datastore is gone for good it kills
+    itself, so no orphan keeps scraping."""
 
-    def __init__(self, spec: dict[str, Any] | PodSpec, datastore: Any, options: dict[str, Any] | None = None) -> None:
-        self._spec = as_pod(spec)
+    def __init__(
+        self,
+        specs: list[dict[str, Any] | PodSpec],
+        datastore: Any,
+        options: dict[str, Any] | None = None,
+        group: str = "",
+    ) -> None:
+        self._options = as_options(options)
         self._datastore = datastore
-        self._scraper = PodScraper(self._spec, as_options(options), self._report, self._report_models)
+        self._group = group
+        extractor = self._options.metrics_extractor
+        self._registry = EngineRegistry.from_params(extractor) if extractor else None
+        self._scrapers: dict[str, PodScraper] = {}
+        self._batcher = ReportBatcher(self._send, self._options.report_batch_max_wait_s)
         self._exit_task: asyncio.Task | None = None
-        self._scraper.start()
+        self._started_cpu = time.process_time()
+        self._started = time.monotonic()
+        for spec in specs:
+            self._add(as_pod(spec))
+        self._refetch: asyncio.Task | None = None
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            # the constructor's pod list is the one this actor was created with: ask for today's
+            self._refetch = asyncio.get_running_loop().create_task(self._fetch_pods())
 
-    async def _report(self, metrics: Metrics | None, error: str | None, consecutive: int, total: int) -> None:
+    def _add(self, spec: PodSpec) -> None:
+        name = spec.name
+        scraper = PodScraper(
+            spec,
+            self._options,
+            lambda m, e, c, t: self._batcher.report((name, m, e, c, t)),
+            lambda models: self._report_models(name, models),
+            registry=self._registry,
+            round_tracker=self._batcher,
+        )
+        self._scrapers[name] = scraper
+        scraper.start()
+
+    async def _send(self, entries: list[ReportEntry]) -> None:
         try:
-            async with asyncio.timeout(max(2.0, self._scraper.options.scrape_timeout_s)):
-                await self._datastore.report.remote(self._spec.name, metrics, error, consecutive, total)
+            async with asyncio.timeout(max(2.0, self._options.scrape_timeout_s)):
+                await self._datastore.report_batch.remote(entries)
         except ActorDiedError:
-            if self._exit_task is None:
-                log.warning("the datastore of %s is gone for good: this metrics actor exits", self._spec.name)
-                self._exit_task = asyncio.get_running_loop().create_task(self._exit())
+            self._exit_when_orphaned()
             raise
 
+    def _exit_when_orphaned(self) -> None:
+        if self._exit_task is None:
+            log.warning("the datastore of metrics actor %s is gone for good: it exits", self._group)
+            self._exit_task = asyncio.get_running_loop().create_task(self._exit())
+
     async def _exit(self) -> None:
-        await self._scraper.stop()  # from its own task: the scrape task is the one being cancelled
+        await self._stop_all()  # from its own task: the scrape tasks are the ones being cancelled
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
-    async def _report_models(self, models: list[str]) -> None:
+    async def _stop_all(self) -> None:
+        await asyncio.gather(*(s.stop() for s in self._scrapers.values()))
+        self._batcher.close()
+
+    async def _report_models(self, name: str, models: list[str]) -> None:
         async with asyncio.timeout(5.0):
-            await self._datastore.report_models.remote(self._spec.name, models)
+            await self._datastore.report_models.remote(name, models)
 
-    async def start(self) -> bool:
-        return self._scraper.start()
+    async def _fetch_pods(self) -> None:
+        for _ in range(120):
+            try:
+                async with asyncio.timeout(30.0):
+                    specs = await self._datastore.pods_of_metrics_actor.remote(self._group)
+            except ActorDiedError:
+                self._exit_when_orphaned()
+                return
+            except Exception as err:  # the datastore is restarting too: try again
+                log.debug("metrics actor %s: pod list not available yet: %s", self._group, err)
+                await asyncio.sleep(1.0)
+                continue
+            if specs is None:  # the datastore has retired this group
+                self._exit_when_orphaned()
+            else:
+                await self.set_pods(specs)
+            return
 
-    async def stop(self) -> bool:
-        return await self._scraper.stop()
+    def _pick(self, pod: str | None) -> list[PodScraper]:
+        if pod is None:
+            return list(self._scrapers.values())
+        if pod not in self._scrapers:
+            raise KeyError(f"metrics actor {self._group!r} does not scrape pod {pod!r}")
+        return [self._scrapers[pod]]
+
+    # --- the API (the datastore's, and stats for benchmarks and tests) -------------------------
+
+    async def set_pods(self, specs: list[dict[str, Any] | PodSpec]) -> list[str]:
+        """Scrape exactly these pods: stop the others, restart those whose spec changed."""
+        wanted = {s.name: s for s in map(as_pod, specs)}
+        gone = [n for n, s in self._scrapers.items() if wanted.get(n) != s.spec]
+        await asyncio.gather(*(self._scrapers.pop(n).stop() for n in gone))
+        for name, spec in wanted.items():
+            if name not in self._scrapers:
+                self._add(spec)
+        return sorted(self._scrapers)
+
+    async def pod_specs(self) -> list[dict[str, Any]]:
+        return [s.spec.model_dump() for s in self._scrapers.values()]
+
+    async def start(self, pod: str | None = None) -> bool:
+        """(Re)start scraping one pod, or every pod; True when one was not running."""
+        return any([s.start() for s in self._pick(pod)])
+
+    async def stop(self, pod: str | None = None) -> bool:
+        """Stop scraping one pod, or every pod; True when one was running."""
+        return any(await asyncio.gather(*(s.stop() for s in self._pick(pod))))
 
     async def resync(self) -> None:
-        self._scraper.resync()
+        for scraper in self._scrapers.values():
+            scraper.resync()
 
-    async def stats(self) -> dict[str, Any]:
-        return self._scraper.stats()
-
-    async def pod_spec(self) -> dict[str, Any]:
-        return self._spec.model_dump()
+    async def stats(self, pod: str | None = None) -> dict[str, Any]:
+        """One pod's scrape stats, or (no pod) the totals of this actor."""
+        if pod is not None:
+            return {**self._pick(pod)[0].stats(), "group": self._group}
+        per_pod = [s.stats() for s in self._scrapers.values()]
+        parses = sum(s.parses for s in self._scrapers.values())
+        parse_s = sum(s.parse_seconds for s in self._scrapers.values())
+        totals = {k: sum(p[k] for p in per_pod) for k in ("scrapes", "failures", "reports", "report_errors")}
+        return {
+            "group": self._group,
+            "pid": os.getpid(),
+            "pods": sorted(self._scrapers),
+            **totals,
+            "report_calls": self._batcher.calls,
+            "parses": parses,
+            "parse_skips": sum(s.parse_skips for s in self._scrapers.values()),
+            "parse_us_avg": round(parse_s / max(1, parses) * 1e6, 1),
+            "process_cpu_s": round(time.process_time() - self._started_cpu, 4),
+            "uptime_s": round(time.monotonic() - self._started, 3),
+        }

@@ -2,12 +2,12 @@
 
     .venv/bin/python -m bench.metrics_parse            # parse only: ours vs prometheus_client
     .venv/bin/python -m bench.metrics_parse --loop     # + the scrape loop without Ray, aiohttp vs keep-alive
-    .venv/bin/python -m bench.metrics_parse --scrape   # + a real PodMetricsActor scraping over HTTP
+    .venv/bin/python -m bench.metrics_parse --scrape   # + a real NodeMetricsActor scraping over HTTP
 
 Parse: CPU time (time.process_time) per parse of the whole page into `Metrics`, for
 `scheduler.engine_metrics.parse_metrics` and for prometheus_client's text parser followed by the
 same extraction, in the same run. Scrape: a local HTTP server (its own process) serves the page,
-one PodMetricsActor scrapes it every 50 ms and reports to a DatastoreActor; the CPU of the metrics
+one NodeMetricsActor scrapes it every 50 ms and reports to a DatastoreActor; the CPU of the metrics
 actor's and the datastore's processes (psutil) is divided by the scrapes. Two pages: an idle one
 (the metrics never change: reports are heartbeats, 1 a second) and a busy one (the queue length
 changes on every scrape: every scrape is reported)."""
@@ -161,7 +161,7 @@ def bench_scrape(seconds: float) -> dict:
             while ray.get(actor.stats.remote())["reports"] < 1 and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(1.0)  # warm up
-            actor_proc, ds_proc = _ray_process("ray::PodMetricsActor"), _ray_process("ray::DatastoreActor")
+            actor_proc, ds_proc = _ray_process("ray::NodeMetricsActor"), _ray_process("ray::DatastoreActor")
 
             def cpu(p):
                 t = p.cpu_times()
@@ -243,7 +243,7 @@ def bench_loop(seconds: float) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loop", action="store_true", help="also measure the scrape loop without Ray, per client")
-    parser.add_argument("--scrape", action="store_true", help="also measure a PodMetricsActor over HTTP (Ray)")
+    parser.add_argument("--scrape", action="store_true", help="also measure a NodeMetricsActor over HTTP (Ray)")
     parser.add_argument("--seconds", type=float, default=10.0, help="measuring time per scrape scenario")
     parser.add_argument("--json", action="store_true", help="print JSON only")
     args = parser.parse_args(argv)

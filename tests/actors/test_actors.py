@@ -24,6 +24,7 @@ from scheduler import (  # noqa: E402
     SchedulingTrace,
     load_config,
 )
+from scheduler.admission import admission_detectors, pool_saturated  # noqa: E402
 from simulator import PodConfig, start_sim_pods_in_thread  # noqa: E402
 from tests.actors import plugins_for_tests  # noqa: E402, F401  (registers the test plugins here too)
 
@@ -78,7 +79,7 @@ def fast_options(name: str, **overrides) -> ActorOptions:
         "datastore_name": name,
         "refresh_interval_s": 0.05,
         "scrape_timeout_s": 0.3,
-        "heartbeat_s": 0.2,
+        "heartbeat_s": 0.1,  # keeps update_time within utilization-detector's 200 ms
         "staleness_threshold_s": 0.8,
         "unhealthy_after_failures": 3,
         "check_interval_s": 0.05,
@@ -144,7 +145,10 @@ def epp(ray_session, sim):
 def test_metrics_flow_from_pods_to_datastore_and_profile_actor(epp, sim):
     # start_epp_actors returned after the first scrape of every pod: all are routable now
     version, endpoints = ray.get(epp.datastore.snapshot.remote())
-    assert {e.name: e.metrics.cache_num_blocks for e in endpoints} == BLOCKS
+    rows = ray.get(epp.datastore.status.remote())
+    assert {e.name: e.metrics.cache_num_blocks for e in endpoints} == BLOCKS, [
+        (r["state"], r["reports"], r["last_update_age_s"], r["last_error"]) for r in rows
+    ]
     by_name = {e.name: e for e in endpoints}
     assert by_name["sim-0"].metrics.max_active_models == 2  # vllm:lora_requests_info{max_lora="2"}
     assert by_name["sim-1"].metrics.cache_block_size == 16
@@ -177,9 +181,44 @@ def test_metrics_flow_from_pods_to_datastore_and_profile_actor(epp, sim):
         for s in streams:
             s.close()
 
-    stats = ray.get(ray.get(epp.datastore.metrics_actors.remote())["sim-0"].stats.remote())
+    actor = ray.get(epp.datastore.metrics_actors.remote())["sim-0"]
+    stats = ray.get(actor.stats.remote("sim-0"))
     assert stats["engine"] == "vllm" and stats["scrapes"] > 3 and stats["failures"] == 0
     assert stats["reports"] < stats["scrapes"]  # idle pod: reported on change and heartbeat only
+    assert stats["parse_skips"] > 0  # an unchanged page is not parsed again
+
+
+def test_idle_pods_metrics_stay_fresh_for_readers(epp):
+    # Nothing changes on idle pods, yet with heartbeat_s=0.1 readers see an update_time younger than
+    # utilization-detector's 200 ms line (it counts an endpoint with older metrics as saturated):
+    # every heartbeat is a new snapshot version.
+    detectors = admission_detectors([])
+    ages, saturated = [], 0
+    for _ in range(30):
+        endpoints = ray.get(epp.datastore.snapshot.remote())[1]
+        now = time.time()
+        assert {e.name for e in endpoints} == set(BLOCKS)
+        ages.extend(now - e.metrics.update_time for e in endpoints)
+        saturated += pool_saturated(detectors, endpoints)
+        time.sleep(0.05)
+    ages.sort()
+    assert ages[len(ages) // 2] < 0.15 and ages[int(len(ages) * 0.9)] < 0.2, ages
+    assert saturated <= 3, f"the idle pool looked saturated in {saturated} of 30 samples (ages {ages})"
+
+
+def test_one_metrics_actor_scrapes_the_nodes_pods_and_reports_in_batches(epp):
+    groups = ray.get(epp.datastore.metrics_actor_groups.remote())
+    assert [g["pods"] for g in groups.values()] == [sorted(BLOCKS)]  # all pods are on this node
+    [(group, entry)] = groups.items()
+    assert named_actors("t-main:metrics:") == {metrics_actor_name("t-main", group)}
+    before = ray.get(entry["actor"].stats.remote())
+    time.sleep(1.0)  # idle pods: heartbeats every 0.1 s, the three pods' together
+    after = ray.get(entry["actor"].stats.remote())
+    assert after["pods"] == sorted(BLOCKS) and after["scrapes"] - before["scrapes"] >= 3 * 10
+    reports, calls = after["reports"] - before["reports"], after["report_calls"] - before["report_calls"]
+    assert reports >= 3 * 3 and calls <= reports / 2, (reports, calls)
+    with pytest.raises(ray.exceptions.RayTaskError, match="does not scrape pod 'nope'"):
+        ray.get(entry["actor"].stats.remote("nope"))
 
 
 def test_failing_pod_goes_unhealthy_then_recovers(epp, sim):
@@ -213,12 +252,13 @@ def test_slow_pod_times_out_and_silent_pod_goes_stale(epp, sim):
 
     # a metrics actor that stops reporting: the periodic check marks the pod stale
     actor = ray.get(epp.datastore.metrics_actors.remote())["sim-0"]
-    assert ray.get(actor.stop.remote()) is True
+    assert ray.get(actor.stop.remote("sim-0")) is True
     try:
         wait_for(lambda: status_of(epp, "sim-0")["state"] == "stale", what="sim-0 stale")
         assert "sim-0" not in snapshot_names(epp)
+        assert status_of(epp, "sim-1")["state"] == "ready"  # the same actor's other pods go on
     finally:
-        ray.get(actor.start.remote())
+        ray.get(actor.start.remote("sim-0"))
     wait_for(lambda: "sim-0" in snapshot_names(epp), what="sim-0 re-admitted")
 
 
@@ -228,7 +268,8 @@ def test_add_and_remove_pods_at_run_time(epp, sim):
     assert ray.get(epp.datastore.add_pod.remote(extra)) == {"added": ["extra"], "removed": [], "replaced": []}
     wait_for(lambda: "extra" in snapshot_names(epp), what="extra in the snapshot")
     assert ray.get(epp.datastore.version.remote()) > before
-    assert metrics_actor_name("t-main", "extra") in named_actors("t-main:metrics:")
+    actor = ray.get(epp.datastore.metrics_actors.remote())["extra"]
+    assert "extra" in ray.get(actor.stats.remote())["pods"]  # the node's metrics actor took it on
     wait_for(lambda: "extra" in ray.get(epp.profiles["default"].info.remote())["endpoints"], what="profile sees extra")
 
     # the same name with other labels: the pod is replaced (a new metrics actor under the same name)
@@ -241,10 +282,53 @@ def test_add_and_remove_pods_at_run_time(epp, sim):
 
     assert ray.get(epp.datastore.remove_pod.remote("extra")) is True
     assert "extra" not in snapshot_names(epp)
-    wait_for(lambda: metrics_actor_name("t-main", "extra") not in named_actors("t-main:metrics:"), what="actor gone")
+    assert "extra" not in ray.get(actor.stats.remote())["pods"]
     assert ray.get(epp.datastore.remove_pod.remote("extra")) is False
     with pytest.raises(ray.exceptions.RayTaskError, match="unique"):
         ray.get(epp.datastore.set_pods.remote([extra, extra]))
+
+
+def test_a_restarted_metrics_actor_asks_the_datastore_for_its_pods(epp, sim):
+    # a pod added after the metrics actor was created: a restart re-runs the constructor with the
+    # old list, so the actor must ask the datastore for today's
+    late = PodSpec(name="late-add", address=sim.pods[0].address, port=sim.pods[0].port)
+    ray.get(epp.datastore.add_pod.remote(late))
+    actor = ray.get(epp.datastore.metrics_actors.remote())["late-add"]
+    pid = ray.get(actor.stats.remote())["pid"]
+    try:
+        ray.kill(actor, no_restart=False)
+        wait_for(
+            lambda: (st := _or_none(actor.stats)) and st["pid"] != pid and "late-add" in st["pods"],
+            timeout=30,
+            what="the restarted metrics actor scraping late-add",
+        )
+        wait_for(lambda: snapshot_names(epp) == {*BLOCKS, "late-add"}, what="every pod routable after the restart")
+    finally:
+        ray.get(epp.datastore.remove_pod.remote("late-add"))
+    assert sorted(ray.get(actor.stats.remote())["pods"]) == sorted(BLOCKS)
+
+
+def test_pods_beyond_the_per_actor_limit_get_another_metrics_actor(ray_session, sim):
+    epp3 = start_epp_actors(CONFIG, pod_specs(sim), options=fast_options("t-shard", max_pods_per_metrics_actor=2))
+    try:
+        groups = ray.get(epp3.datastore.metrics_actor_groups.remote())
+        assert sorted(len(g["pods"]) for g in groups.values()) == [1, 2]
+        [first] = [k for k in groups if "#" not in k]
+        assert set(groups) == {first, f"{first}#2"}
+        assert named_actors("t-shard:metrics:") == {metrics_actor_name("t-shard", g) for g in groups}
+        wait_for(lambda: snapshot_names(epp3) == set(BLOCKS), what="every pod routable")
+        # the second actor's only pod goes: so does that actor
+        [lone] = groups[f"{first}#2"]["pods"]
+        ray.get(epp3.datastore.remove_pod.remote(lone))
+        wait_for(lambda: named_actors("t-shard:metrics:") == {metrics_actor_name("t-shard", first)}, what="#2 gone")
+        # adding it back: the first actor is full, so #2 comes back
+        ray.get(epp3.datastore.add_pod.remote(pod_specs(sim)[[p.name for p in sim.pods].index(lone)]))
+        groups = ray.get(epp3.datastore.metrics_actor_groups.remote())
+        assert groups[f"{first}#2"]["pods"] == [lone]
+        wait_for(lambda: snapshot_names(epp3) == set(BLOCKS), what="every pod routable again")
+    finally:
+        stop_epp_actors(epp3)
+    assert not named_actors("t-shard:")
 
 
 def test_datastore_restart_rebuilds_from_metrics_actors(epp, sim):
@@ -388,7 +472,7 @@ def test_two_profile_actors_run_at_the_same_time_and_report_errors(ray_session, 
 
 def test_metrics_actors_exit_when_their_datastore_is_gone(ray_session, sim):
     epp4 = start_epp_actors(CONFIG, pod_specs(sim)[:1], options=fast_options("t-orphan"))
-    assert named_actors("t-orphan:metrics:") == {"t-orphan:metrics:sim-0"}
+    assert len(named_actors("t-orphan:metrics:")) == 1
     for actor in epp4.profiles.values():
         ray.kill(actor, no_restart=True)
     ray.kill(epp4.datastore, no_restart=True)  # no shutdown(): the detached metrics actors are orphans

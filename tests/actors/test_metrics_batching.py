@@ -1,0 +1,172 @@
+"""How scrape reports are batched (no Ray cluster needed): the tick grid, the report batcher, the
+datastore's batch report, and scrapers of one process sharing report calls."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from actors.datastore import READY, STARTING, UNHEALTHY, DatastoreCore, _Pod
+from actors.options import ActorOptions, PodSpec
+from actors.pod_metrics import PodScraper, ReportBatcher, after_scrape
+from scheduler import Metrics
+from simulator import PodConfig, start_sim_pods_in_thread
+
+
+def test_after_scrape_keeps_the_tick_grid():
+    interval = 0.05
+    # on time: wait for the next tick
+    tick, wait = after_scrape(200, 10.01, interval)
+    assert tick == 201 and wait == pytest.approx(0.04)
+    # overran its slot (by any amount): the next scrape at once...
+    tick, wait = after_scrape(201, 10.16, interval)
+    assert (tick, wait) == (203, 0.0)
+    # ...and the one after that back on the grid: not a burst of the missed ones
+    tick, wait = after_scrape(tick, 10.17, interval)
+    assert tick == 204 and wait == pytest.approx(0.03)
+
+
+async def test_report_batcher_sends_a_round_in_one_call():
+    calls: list[list] = []
+
+    async def send(entries):
+        calls.append(entries)
+        await asyncio.sleep(0.05)
+
+    batcher = ReportBatcher(send, max_wait_s=0.01)
+    entries = [(f"pod-{i}", None, "x", 1, 1) for i in range(5)]
+    await asyncio.gather(*(batcher.report(e) for e in entries))
+    assert calls == [entries] and batcher.calls == 1 and batcher.entries == 5
+
+    # no window: the first report goes at once; those that come while it is in flight share the next call
+    calls.clear()
+    batcher = ReportBatcher(send, max_wait_s=0.0)
+    first = asyncio.ensure_future(batcher.report(entries[0]))
+    await asyncio.sleep(0.01)
+    await asyncio.gather(first, batcher.report(entries[1]), batcher.report(entries[2]))
+    assert calls == [[entries[0]], [entries[1], entries[2]]]
+
+
+async def test_report_batcher_waits_for_the_rest_of_the_round_but_not_longer_than_max_wait():
+    calls: list[tuple[float, list[str]]] = []
+    loop = asyncio.get_running_loop()
+
+    async def send(entries):
+        calls.append((loop.time(), [e[0] for e in entries]))
+
+    batcher = ReportBatcher(send, max_wait_s=1.0)
+    start = loop.time()
+    for _ in range(3):  # three scrapes of a round under way
+        batcher.begin()
+    first = batcher.report(("a", None, "x", 1, 1))
+    batcher.end()
+    await asyncio.sleep(0.03)
+    second = batcher.report(("b", None, "x", 1, 1))
+    batcher.end()
+    await asyncio.sleep(0.03)
+    assert calls == []  # the third scrape is still under way
+    batcher.end()  # ...and has nothing to report: the round is through
+    await asyncio.gather(first, second)
+    assert [names for _, names in calls] == [["a", "b"]] and calls[0][0] - start < 0.5
+
+    # a scrape that hangs holds the round up for max_wait_s at most
+    calls.clear()
+    batcher = ReportBatcher(send, max_wait_s=0.05)
+    batcher.begin()
+    batcher.begin()
+    start = loop.time()
+    report = batcher.report(("a", None, "x", 1, 1))
+    batcher.end()
+    await report
+    assert [names for _, names in calls] == [["a"]] and 0.04 <= calls[0][0] - start < 0.5
+    assert batcher.busy == 1
+
+
+async def test_report_batcher_raises_the_calls_error_in_every_report_of_it():
+    fail = True
+
+    async def send(entries):
+        if fail:
+            raise RuntimeError("datastore unavailable")
+
+    batcher = ReportBatcher(send, max_wait_s=0.005)
+    results = await asyncio.gather(
+        batcher.report(("a", None, "x", 1, 1)), batcher.report(("b", None, "x", 1, 1)), return_exceptions=True
+    )
+    assert [type(r) for r in results] == [RuntimeError, RuntimeError]
+    fail = False
+    await batcher.report(("a", None, "x", 2, 2))  # the next call goes out normally
+    assert batcher.calls == 2
+
+
+def test_datastore_core_bumps_the_version_once_per_batch():
+    core = DatastoreCore(ActorOptions(unhealthy_after_failures=2))
+    for name in ("a", "b", "c"):
+        core.pods[name] = _Pod(PodSpec(name=name, address="127.0.0.1", port=1))
+    v0 = core.version
+    m = Metrics(waiting_queue_size=1, cache_num_blocks=10)
+    assert core.report_batch([(n, m, None, 0, 0) for n in ("a", "b", "c")]) == 3
+    assert core.version == v0 + 1 and {p.state for p in core.pods.values()} == {READY}
+    assert [e.name for e in core.snapshot()[1]] == ["a", "b", "c"]
+
+    # the same values, scraped later (a heartbeat): a new version all the same, whose snapshot has the
+    # newer update_time (readers judge freshness by it)
+    assert core.report_batch([(n, Metrics(1, cache_num_blocks=10, update_time=5.0), None, 0, 0) for n in "abc"]) == 3
+    assert core.version == v0 + 2
+    assert {e.metrics.update_time for e in core.snapshot()[1]} == {5.0}
+    v0 += 1
+
+    # two changes and a pod the datastore does not know (removed meanwhile): one bump, two known
+    busy = Metrics(waiting_queue_size=7, cache_num_blocks=10)
+    assert core.report_batch([("a", busy, None, 0, 0), ("b", busy, None, 0, 0), ("gone", busy, None, 0, 0)]) == 2
+    assert core.version == v0 + 2
+    assert {e.name: e.metrics.waiting_queue_size for e in core.snapshot()[1]} == {"a": 7, "b": 7, "c": 1}
+
+    # failures count as the metrics actor says; the pod leaves the snapshot when unhealthy
+    core.report_batch([("c", None, "GET: refused", 1, 1)])
+    assert core.pods["c"].state == READY and core.version == v0 + 2
+    core.report_batch([("c", None, "GET: refused", 2, 2)])
+    assert core.pods["c"].state == UNHEALTHY and core.version == v0 + 3
+    assert [e.name for e in core.snapshot()[1]] == ["a", "b"]
+    assert core.pods["c"].last_error == "GET: refused" and core.pods["c"].total_failures == 2
+    assert STARTING not in {p.state for p in core.pods.values()}
+
+
+@pytest.fixture(scope="module")
+def two_pods():
+    with start_sim_pods_in_thread([PodConfig(name="p-0"), PodConfig(name="p-1")]) as cluster:
+        yield cluster.pods
+
+
+async def test_scrapers_of_one_process_share_report_calls(two_pods):
+    calls: list[list] = []
+
+    async def send(entries):
+        calls.append([e[0] for e in entries])
+
+    batcher = ReportBatcher(send, max_wait_s=0.01)
+    options = ActorOptions(refresh_interval_s=0.02, heartbeat_s=0.2)
+    scrapers = [
+        PodScraper(
+            PodSpec(name=p.name, address=p.address, port=p.port),
+            options,
+            lambda m, e, c, t, name=p.name: batcher.report((name, m, e, c, t)),
+            round_tracker=batcher,
+        )
+        for p in two_pods
+    ]
+    for s in scrapers:
+        s.start()
+    try:
+        await asyncio.sleep(1.2)
+    finally:
+        for s in scrapers:
+            await s.stop()
+    entries = sum(len(c) for c in calls)
+    # idle pods: the first reports, then a heartbeat per 0.2 s each, the two pods' in the same call
+    assert entries >= 2 * 5, calls
+    assert len(calls) <= entries * 0.6, calls
+    assert sum(c == ["p-0", "p-1"] or c == ["p-1", "p-0"] for c in calls) >= 4, calls
+    for s in scrapers:  # an idle page is parsed once, then recognised as unchanged
+        assert s.parses <= 2 and s.parse_skips >= s.scrapes - 2 and s.scrapes >= 40
