@@ -28,12 +28,22 @@ class PrefillBacklogScorer(PrefillLedger, Scorer):
     Parameters = PrefillLedgerParameters
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
-        backlog = self.backlog()
-        total = prompt_tokens(request)
-        matches = cycle_state.attribute_by_endpoint(PREFIX_MATCH_KEY)
-        costs = {ep: backlog.get(ep.name, 0) + uncached_tokens(total, matches.get(ep.name)) for ep in endpoints}
-        if not costs:
+        if not endpoints:
             return {}
+        total = prompt_tokens(request)
+        # Per endpoint only C-level work (fromkeys, min, max); Python work per busy or matched endpoint.
+        costs = dict.fromkeys(endpoints, total)
+        backlog = self.backlog()
+        matches = cycle_state.attribute_by_endpoint(PREFIX_MATCH_KEY)
+        if backlog or matches:
+            by_name = {ep.name: ep for ep in endpoints}
+            for name, tokens in backlog.items():
+                ep = by_name.get(name)
+                if ep is not None:
+                    costs[ep] += tokens
+            for name, match in matches.items():
+                if match.match_blocks and (ep := by_name.get(name)) is not None:
+                    costs[ep] -= total - uncached_tokens(total, match)
         low, high = min(costs.values()), max(costs.values())
         if high == low:
             return dict.fromkeys(costs, 1.0)
