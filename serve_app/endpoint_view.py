@@ -35,6 +35,11 @@ class EndpointView:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
+    @property
+    def has_first(self) -> bool:
+        """Whether a snapshot has arrived since start()."""
+        return self._first.is_set()
+
     async def wait_first(self, timeout_s: float) -> bool:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._first.wait(), timeout_s)

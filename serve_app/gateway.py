@@ -39,6 +39,7 @@ log = logging.getLogger("ray_epp.gateway")
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 GATEWAY_SERVICE = "ray-epp-gateway"  # /health names the service, so launchers find our replicas
+FIRST_SNAPSHOT_WAIT_S = 5.0  # a new replica's first request waits at most this for the pool
 app = FastAPI(title="Ray EPP gateway", docs_url=None, redoc_url=None)
 
 
@@ -65,6 +66,13 @@ class GatewayCore:
         self.hub = hub
         self._pusher = MetricsPusher(self.recorder, f"gateway-{os.getpid()}", hub) if hub is not None else None
         self._started = False
+
+    async def ensure_ready(self) -> None:
+        """Start the snapshot watcher; a replica's first request waits (briefly) for its first
+        snapshot instead of answering 503 / 404 from an empty view."""
+        self.ensure_started()
+        if not self.view.has_first:
+            await self.view.wait_first(FIRST_SNAPSHOT_WAIT_S)
 
     def ensure_started(self) -> None:
         if not self._started:
@@ -125,7 +133,7 @@ class GatewayCore:
 
     # ---- the request path -------------------------------------------------------------------
     async def handle(self, http: Request, path: str) -> Response:
-        self.ensure_started()
+        await self.ensure_ready()
         started = time.perf_counter()
         model = "unknown"
         try:
@@ -239,7 +247,7 @@ class GatewayCore:
     # ---- the rest of the surface ------------------------------------------------------------
     async def pick(self, http: Request) -> Response:
         """The decision without forwarding, for use behind another proxy."""
-        self.ensure_started()
+        await self.ensure_ready()
         try:
             raw = await http.body()
             path = http.query_params.get("path", "/v1/completions")
