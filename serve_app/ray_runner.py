@@ -87,17 +87,21 @@ class ActorLink:
         if client is not None and not client.closed:
             try:
                 return await client.request(items)
-            except ConnectionError:
+            except Exception:  # the channel or the actor behind it failed: this batch goes by Ray
                 self._client = None
+                await client.close()
         self._maybe_connect()
-        from ray.exceptions import ActorUnavailableError
+        from ray.exceptions import ActorUnavailableError, RayActorError
 
+        # A batch is safe to send again: profile runs are pure, and applying its events twice is
+        # harmless (a request's decision replaces its earlier one in the ledgers, a completion
+        # releases it once, the prefix index learns the same blocks again).
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.RESTART_WAIT_S
         while True:
             try:
                 return await self.handle.run_batch.remote(items)
-            except ActorUnavailableError:  # restarting: Ray brings it back; wait a little, bounded
+            except (ActorUnavailableError, RayActorError):  # restarting: Ray brings it back; wait, bounded
                 if loop.time() > deadline:
                     raise
                 await asyncio.sleep(0.1)

@@ -271,7 +271,7 @@ def test_a_killed_profile_actor_is_restarted_and_requests_keep_working(client, g
     body = {"model": MODEL, "prompt": "after restart", "max_tokens": 1}
     wait_until(lambda: client.post("/v1/completions", json=body).status_code == 200, timeout_s=60, every_s=0.5)
     answers = [client.post("/v1/completions", json=body) for _ in range(5)]
-    assert [a.status_code for a in answers] == [200] * 5, [a.text for a in answers]
+    assert [a.status_code for a in answers] == [200] * 5, [a.text for a in answers if a.status_code != 200]
 
 
 def test_stale_metrics_take_a_pod_out_and_back(client, sim):
