@@ -344,9 +344,7 @@ class SimPod:
                        "choices": choices, **extra}  # fmt: skip
             return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
-        if chat:
-            await resp.write(chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                     "logprobs": None, "finish_reason": None}]))  # fmt: skip
+        role_sent = not chat  # vLLM sends the chat role chunk with the first output, after prefill
         queue = r.sink.queue
         sent = 0
         drop_at = max(1, r.output_len // 2)
@@ -358,6 +356,10 @@ class SimPod:
                 continue
             text = fake_tokens(n, sent, upto)
             sent = upto
+            if not role_sent:
+                role_sent = True
+                await resp.write(chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                         "logprobs": None, "finish_reason": None}]))  # fmt: skip
             last = r.state == FINISHED and sent >= r.num_output
             reason = r.finish_reason if last else None
             if chat:

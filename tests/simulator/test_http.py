@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import aiohttp
@@ -108,6 +109,25 @@ async def test_prefix_hit_lowers_ttft_over_http() -> None:
     assert cold_usage["prompt_tokens_details"]["cached_tokens"] == 0
     assert warm_usage["prompt_tokens_details"]["cached_tokens"] == 3984
     assert cold > 0.1 and warm < cold / 2  # model: ~126 ms cold vs ~7 ms warm
+
+
+async def test_chat_stream_sends_its_role_chunk_with_the_first_token() -> None:
+    """As vLLM does: the first chunk of a streamed chat (the role) comes after the prefill, so a
+    gateway timing the first chunk times the first token."""
+    async with SimCluster([PodConfig(name="a")], time_scale=1.0) as c, aiohttp.ClientSession() as s:
+        body = {"model": DEFAULT_MODEL, "stream": True, "max_tokens": 3,
+                "messages": [{"role": "user", "content": text_tokens(4000, "r")}]}  # fmt: skip
+        t0 = time.perf_counter()
+        chunks: list[tuple[float, dict[str, Any]]] = []
+        async with s.post(c.pods[0].url + "/v1/chat/completions", json=body) as resp:
+            async for raw in resp.content:
+                line = raw.decode().strip()
+                if line.startswith("data: {"):
+                    chunks.append((time.perf_counter() - t0, json.loads(line[6:])))
+    role_at, role = chunks[0]
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert role_at > 0.1  # a 4,000-token prefill takes ~126 ms in the model
+    assert chunks[1][1]["choices"][0]["delta"]["content"] and chunks[1][0] - role_at < 0.05
 
 
 async def poll_metrics(session: aiohttp.ClientSession, url: str, ready: Any, timeout: float = 2.0) -> dict[str, Any]:
