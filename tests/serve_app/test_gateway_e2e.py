@@ -185,16 +185,14 @@ def backlog_scores(client) -> dict[str, float]:
 def test_the_first_streamed_token_releases_the_prefill_backlog(client, sim):
     """The gateway tells the profile actors when a stream's first token arrives: while the stream
     is still running, its pod no longer counts the prompt as work ahead of the next request."""
-    assert set(backlog_scores(client).values()) == {1.0}  # nothing in flight
+    wait_until(lambda: set(backlog_scores(client).values()) == {1.0})  # earlier tests' work has drained
     body = {"model": MODEL, "stream": True, "max_tokens": 300, "prompt": "p" * 8000}
     with client.stream("POST", "/v1/completions", json=body) as resp:
         lines = resp.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))  # the first token is here
         scores = backlog_scores(client)
         assert set(scores.values()) == {1.0}, scores
-        assert sim.pods[0].snapshot()["running_requests_size"] + sim.pods[1].snapshot()[
-            "running_requests_size"
-        ] + sim.pods[2].snapshot()["running_requests_size"] == 1  # still decoding
+        assert sum(p.snapshot()["running_requests_size"] for p in sim.pods) >= 1  # still decoding
         for _ in lines:
             pass
 
