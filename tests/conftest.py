@@ -9,7 +9,7 @@ import pytest
 
 RAY_TEST_NAMESPACE = "ray-epp-tests"
 # The gateway tests' Serve replica answers here (direct ingress); Serve's proxy at +88.
-GATEWAY_TEST_PORT = 18400
+GATEWAY_TEST_PORT = int(os.environ.get("EPP_TEST_PORT", "18400"))  # several checkouts may test at once
 
 
 @pytest.fixture(scope="session")

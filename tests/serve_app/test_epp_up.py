@@ -15,13 +15,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.conftest import GATEWAY_TEST_PORT
+
 ROOT = Path(__file__).resolve().parents[2]
 EPP = str(Path(sys.executable).parent / "epp")
 
 
 def test_up_serves_and_ctrl_c_leaves_no_ray_process():
     proc = subprocess.Popen(
-        [EPP, "up", "--port", "18650", "--sim-pods", "2"],
+        [EPP, "up", "--port", str(GATEWAY_TEST_PORT + 250), "--sim-pods", "2"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -67,7 +69,13 @@ def test_up_serves_and_ctrl_c_leaves_no_ray_process():
 def test_bad_config_or_pods_stops_up_with_one_message(tmp_path, args, fragment):
     (tmp_path / "pods.yaml").write_text("- name: a\n  port: not-a-port\n")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    proc = subprocess.run([EPP, "up", "--port", "18660", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [EPP, "up", "--port", str(GATEWAY_TEST_PORT + 260), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("epp up: ")
     assert fragment in proc.stderr
