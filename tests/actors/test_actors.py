@@ -394,8 +394,11 @@ def test_profile_actor_survives_a_kill(epp):
     actor = epp.profiles["default"]
     for _ in range(3):
         ray.get(actor.run_batch.remote([ProfileCall(request(), CycleState())]))
-    assert ray.get(actor.info.remote())["calls"] >= 3
+    calls_before = ray.get(actor.info.remote())["calls"]
+    assert calls_before >= 3
     ray.kill(actor, no_restart=False)
+    # ray.kill returns before the process dies: wait for the new process (its call count restarts).
+    assert wait_for(lambda: _calls_or_none(actor) in (0,), timeout=30, what="a restarted profile actor")
     version = ray.get(epp.datastore.version.remote())
     assert wait_for(lambda: _ready_or_none(actor, version), timeout=30, what="restarted profile actor")
     # Right after a restart Ray may still answer "temporarily unavailable": retry, as the gateway does.
@@ -416,6 +419,13 @@ def _call_when_available(make_ref, timeout: float = 30.0):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def _calls_or_none(actor):
+    try:
+        return ray.get(actor.info.remote(), timeout=5)["calls"]
+    except Exception:
+        return None
 
 
 def _ready_or_none(actor, version):
