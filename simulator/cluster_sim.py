@@ -153,179 +153,229 @@ class ClusterSim:
 
     def run(self, workload: Iterable[SimRequest]) -> SimReport:
         wall0 = time.perf_counter()
-        arrivals = sorted(workload, key=lambda r: r.arrival_time)
-        engines, views, n = self.engines, self.views, len(self.engines)
-        heap: list[tuple[float, int, int, int, int]] = []
-        seq = itertools.count()
-        step_ver = [0] * n
-        timer_at = [math.nan] * n
-        scraped_ver = [-1] * n
-        requests_per_pod = [0] * n
-        dirty: list[int] = []
-        is_dirty = [False] * n
-        results: list[RequestResult] = []
-        self._outstanding = 0
-        interval = self.scrape_interval
-        if interval > 0:
-            rng = random.Random(f"scrape:{self.seed}")
-            t0 = arrivals[0].arrival_time if arrivals else 0.0
-            for i in range(n):
-                heapq.heappush(heap, (t0 + rng.random() * interval, next(seq), _SCRAPE, i, 0))
-        max_steps = self.max_steps
-        first_token = self.on_first_token
-        ai, n_arr = 0, len(arrivals)
-        live = [0]  # step and timer events in the heap; with none left and requests outstanding we are stuck
+        run = _Run(self, sorted(workload, key=lambda r: r.arrival_time))
+        run.loop()
+        return run.report(time.perf_counter() - wall0)
 
-        def mark(i: int) -> None:
-            if not is_dirty[i]:
-                is_dirty[i] = True
-                dirty.append(i)
-
-        def submit(i: int, er: EngineRequest, now: float) -> None:
-            eng = engines[i]
-            eng.add(er)
-            requests_per_pod[i] += 1
-            if eng.in_flight:
-                old = eng.step_end
-                if eng.truncate(now) != old:
-                    step_ver[i] += 1
-                    live[0] += 1
-                    heapq.heappush(heap, (eng.step_end, next(seq), _STEP, i, step_ver[i]))
-            mark(i)
-
-        def finish(fl: _Flight, er: EngineRequest, now: float) -> None:
-            req = fl.req
-            if fl.prefill_er is None and fl.prefill >= 0:  # prefill half done: hand the KV to the decoder
-                dec = engines[fl.decode]
-                d_er = dec.new_request(
-                    req.request_id, req.prompt, req.max_tokens, now, lora=_lora(dec, req.model),
-                    ignore_eos=req.ignore_eos, output_len=req.output_tokens, remote_prefill=True,
-                )  # fmt: skip
-                d_er.sink = _Flight(req, fl.decode, fl.prefill, er)
-                submit(fl.decode, d_er, now)
-                return
-            first = fl.prefill_er if fl.prefill_er is not None else er
-            res = RequestResult(
-                request_id=req.request_id, model=req.model, status=OK, arrival=req.arrival_time,
-                pod=engines[fl.decode].name, prefill_pod=engines[fl.prefill].name if fl.prefill >= 0 else None,
-                ttft=er.first_token_time - req.arrival_time, e2e=er.finish_time - req.arrival_time,
-                itl=(er.finish_time - er.first_token_time) / (er.num_output - 1) if er.num_output > 1 else math.nan,
-                queue_wait=first.first_scheduled - req.arrival_time, prompt_tokens=er.prompt_tokens,
-                cached_tokens=max(0, first.num_cached_tokens), output_tokens=er.num_output,
-                preemptions=er.preemptions + (first.preemptions if first is not er else 0),
-                lora_loaded=er.lora_loaded or first.lora_loaded,
-            )  # fmt: skip
-            self._done(res, req)
-            results.append(res)
-
-        def arrive(req: SimRequest, now: float) -> None:
-            if interval <= 0:
-                for i, v in enumerate(views):
-                    v.metrics, v.scraped_at = engines[i].snapshot(), now
-            decision = self.route(req, views, now)
-            if decision is None:
-                res = RequestResult(req.request_id, req.model, DROPPED, req.arrival_time)
-                self._done(res, req, counted=False)
-                results.append(res)
-                return
-            p_name, d_name = decision if isinstance(decision, tuple) else (None, decision)
-            d = self._pod_index(d_name)
-            p = self._pod_index(p_name) if p_name is not None and p_name != d_name else -1
-            first = p if p >= 0 else d
-            eng = engines[first]
-            problem = _refusal(eng, req) or (_refusal(engines[d], req) if p >= 0 else None)
-            if problem is not None:
-                res = RequestResult(req.request_id, req.model, REJECTED, req.arrival_time, pod=eng.name, error=problem)
-                self._done(res, req, counted=False)
-                results.append(res)
-                return
-            er = eng.new_request(
-                req.request_id, req.prompt, req.max_tokens, now, lora=_lora(eng, req.model),
-                ignore_eos=req.ignore_eos, output_len=req.output_tokens, remote_decode=p >= 0,
-            )  # fmt: skip
-            er.sink = _Flight(req, d, p)
-            self._outstanding += 1
-            submit(first, er, now)
-
-        while ai < n_arr or self._outstanding > 0:
-            t_arr = arrivals[ai].arrival_time if ai < n_arr else math.inf
-            t_ev = heap[0][0] if heap else math.inf
-            if t_arr == math.inf and t_ev == math.inf:
-                break
-            if t_ev <= t_arr:
-                now, _, kind, i, ver = heapq.heappop(heap)
-                self.now = now
-                if kind != _SCRAPE:
-                    live[0] -= 1
-                if kind == _STEP:
-                    if ver == step_ver[i]:
-                        done = engines[i].finish_step()
-                        if first_token is not None:
-                            for er in engines[i].first_tokens:
-                                fl = er.sink
-                                if fl.prefill < 0 or fl.prefill_er is not None:  # not a P/D pair's prefill half
-                                    first_token(fl.req, engines[i].name, now)
-                        for er in done:
-                            finish(er.sink, er, now)
-                        mark(i)
-                elif kind == _TIMER:
-                    timer_at[i] = math.nan
-                    mark(i)
-                else:
-                    eng = engines[i]
-                    if eng.version != scraped_ver[i]:
-                        scraped_ver[i] = eng.version
-                        views[i].metrics = eng.snapshot()
-                    views[i].scraped_at = now
-                    heapq.heappush(heap, (now + interval, next(seq), _SCRAPE, i, 0))
-            else:
-                now = t_arr
-                self.now = now
-                arrive(arrivals[ai], now)
-                ai += 1
-            if dirty:
-                t_next = min(heap[0][0] if heap else math.inf, arrivals[ai].arrival_time if ai < n_arr else math.inf)
-                if t_next > now:  # every event at `now` is in: start the steps
-                    for i in dirty:
-                        is_dirty[i] = False
-                        eng = engines[i]
-                        if eng.in_flight:
-                            continue
-                        end = eng.begin_step(now, max_steps)
-                        if end is not None:
-                            step_ver[i] += 1
-                            live[0] += 1
-                            heapq.heappush(heap, (end, next(seq), _STEP, i, step_ver[i]))
-                        else:
-                            t = eng.next_timer()
-                            if t is not None and t != timer_at[i]:
-                                timer_at[i] = t
-                                live[0] += 1
-                                heapq.heappush(heap, (max(t, now), next(seq), _TIMER, i, 0))
-                    dirty.clear()
-                    if live[0] == 0 and ai == n_arr and self._outstanding > 0:
-                        raise RuntimeError(f"simulation stalled: {self._outstanding} requests can never be scheduled")
-        ok_times = [r.arrival + r.e2e for r in results if r.status == OK]
-        start = arrivals[0].arrival_time if arrivals else 0.0
-        duration = (max(ok_times) - start) if ok_times else 0.0
-        pods = [
-            PodStats(e.name, requests_per_pod[i], e.prefix_queries, e.prefix_hits, e.lora.loads, e.preemptions,
-                     e.kv.evictions, e.steps, e.busy_time)
-            for i, e in enumerate(engines)
-        ]
-        return SimReport(results, pods, duration, time.perf_counter() - wall0)
-
-    def _pod_index(self, name: str) -> int:
+    def pod_index(self, name: str) -> int:
         try:
             return self.index[name]
         except KeyError:
             raise ValueError(f"router returned unknown pod {name!r}") from None
 
-    def _done(self, res: RequestResult, req: SimRequest, counted: bool = True) -> None:
+
+class _Run:
+    """One run of the event loop: the heap of events, per-pod step and timer bookkeeping, results.
+
+    Events are (time, sequence, kind, pod, version); the sequence number keeps equal times in the
+    order they were pushed. A step event whose version is older than its pod's `step_ver` was
+    superseded (an arrival cut the step short) and is ignored. A pod that changed ("dirty") starts
+    its next step only once every event at the current time is in, so that arrivals and step ends
+    at the same instant join the same batch."""
+
+    __slots__ = (
+        "arrivals", "dirty", "engines", "heap", "interval", "is_dirty", "live", "next_arrival",
+        "outstanding", "requests_per_pod", "results", "scraped_ver", "seq", "sim", "step_ver", "timer_at", "views",
+    )  # fmt: skip
+
+    def __init__(self, sim: ClusterSim, arrivals: list[SimRequest]) -> None:
+        n = len(sim.engines)
+        self.sim = sim
+        self.engines = sim.engines
+        self.views = sim.views
+        self.arrivals = arrivals
+        self.next_arrival = 0  # index into arrivals
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.seq = itertools.count()
+        self.step_ver = [0] * n
+        self.timer_at = [math.nan] * n
+        self.scraped_ver = [-1] * n
+        self.requests_per_pod = [0] * n
+        self.dirty: list[int] = []
+        self.is_dirty = [False] * n
+        self.results: list[RequestResult] = []
+        self.outstanding = 0  # admitted requests not finished yet
+        self.live = 0  # step and timer events in the heap; none left with requests outstanding = stuck
+        self.interval = sim.scrape_interval
+        if self.interval > 0:
+            rng = random.Random(f"scrape:{sim.seed}")
+            t0 = arrivals[0].arrival_time if arrivals else 0.0
+            for i in range(n):
+                self._push(t0 + rng.random() * self.interval, _SCRAPE, i)
+
+    # -- the loop
+
+    def loop(self) -> None:
+        while self.next_arrival < len(self.arrivals) or self.outstanding > 0:
+            t_arr = self._next_arrival_time()
+            t_ev = self.heap[0][0] if self.heap else math.inf
+            if t_arr == math.inf and t_ev == math.inf:
+                break
+            if t_ev <= t_arr:
+                now = self._handle_event()
+            else:
+                now = self.sim.now = t_arr
+                self._arrive(self.arrivals[self.next_arrival], now)
+                self.next_arrival += 1
+            next_time = min(self.heap[0][0] if self.heap else math.inf, self._next_arrival_time())
+            if self.dirty and next_time > now:  # every event at `now` is in: start the steps
+                self._start_steps(now)
+                self._check_stalled()
+
+    def _next_arrival_time(self) -> float:
+        return self.arrivals[self.next_arrival].arrival_time if self.next_arrival < len(self.arrivals) else math.inf
+
+    def _push(self, t: float, kind: int, i: int, ver: int = 0) -> None:
+        if kind != _SCRAPE:
+            self.live += 1
+        heapq.heappush(self.heap, (t, next(self.seq), kind, i, ver))
+
+    def _mark(self, i: int) -> None:
+        if not self.is_dirty[i]:
+            self.is_dirty[i] = True
+            self.dirty.append(i)
+
+    def _handle_event(self) -> float:
+        now, _, kind, i, ver = heapq.heappop(self.heap)
+        self.sim.now = now
+        if kind == _SCRAPE:
+            self._scrape(i, now)
+            return now
+        self.live -= 1
+        if kind == _STEP:
+            if ver == self.step_ver[i]:
+                self._end_step(i, now)
+        else:  # _TIMER: a KV pull or adapter load may let the pod schedule again
+            self.timer_at[i] = math.nan
+            self._mark(i)
+        return now
+
+    def _scrape(self, i: int, now: float) -> None:
+        eng = self.engines[i]
+        if eng.version != self.scraped_ver[i]:
+            self.scraped_ver[i] = eng.version
+            self.views[i].metrics = eng.snapshot()
+        self.views[i].scraped_at = now
+        self._push(now + self.interval, _SCRAPE, i)
+
+    def _end_step(self, i: int, now: float) -> None:
+        eng = self.engines[i]
+        done = eng.finish_step()
+        first_token = self.sim.on_first_token
+        if first_token is not None:
+            for er in eng.first_tokens:
+                fl = er.sink
+                if fl.prefill < 0 or fl.prefill_er is not None:  # not a P/D pair's prefill half
+                    first_token(fl.req, eng.name, now)
+        for er in done:
+            self._finish(er.sink, er, now)
+        self._mark(i)
+
+    def _start_steps(self, now: float) -> None:
+        """Start a step on every changed pod that is idle, or set a timer for when it can."""
+        for i in self.dirty:
+            self.is_dirty[i] = False
+            eng = self.engines[i]
+            if eng.in_flight:
+                continue
+            end = eng.begin_step(now, self.sim.max_steps)
+            if end is not None:
+                self.step_ver[i] += 1
+                self._push(end, _STEP, i, self.step_ver[i])
+            else:
+                t = eng.next_timer()
+                if t is not None and t != self.timer_at[i]:
+                    self.timer_at[i] = t
+                    self._push(max(t, now), _TIMER, i)
+        self.dirty.clear()
+
+    def _check_stalled(self) -> None:
+        if self.live == 0 and self.next_arrival == len(self.arrivals) and self.outstanding > 0:
+            raise RuntimeError(f"simulation stalled: {self.outstanding} requests can never be scheduled")
+
+    # -- requests
+
+    def _arrive(self, req: SimRequest, now: float) -> None:
+        if self.interval <= 0:  # no scraper: the router sees the pods as they are
+            for eng, view in zip(self.engines, self.views, strict=True):
+                view.metrics, view.scraped_at = eng.snapshot(), now
+        decision = self.sim.route(req, self.views, now)
+        if decision is None:
+            self._record(RequestResult(req.request_id, req.model, DROPPED, req.arrival_time), req, counted=False)
+            return
+        p_name, d_name = decision if isinstance(decision, tuple) else (None, decision)
+        d = self.sim.pod_index(d_name)
+        p = self.sim.pod_index(p_name) if p_name is not None and p_name != d_name else -1
+        first = p if p >= 0 else d
+        eng = self.engines[first]
+        problem = _refusal(eng, req) or (_refusal(self.engines[d], req) if p >= 0 else None)
+        if problem is not None:
+            res = RequestResult(req.request_id, req.model, REJECTED, req.arrival_time, pod=eng.name, error=problem)
+            self._record(res, req, counted=False)
+            return
+        er = eng.new_request(
+            req.request_id, req.prompt, req.max_tokens, now, lora=_lora(eng, req.model),
+            ignore_eos=req.ignore_eos, output_len=req.output_tokens, remote_decode=p >= 0,
+        )  # fmt: skip
+        er.sink = _Flight(req, d, p)
+        self.outstanding += 1
+        self._submit(first, er, now)
+
+    def _submit(self, i: int, er: EngineRequest, now: float) -> None:
+        """Add a request to pod i; a step in flight is cut short so the request joins the next one."""
+        eng = self.engines[i]
+        eng.add(er)
+        self.requests_per_pod[i] += 1
+        if eng.in_flight:
+            old = eng.step_end
+            if eng.truncate(now) != old:
+                self.step_ver[i] += 1
+                self._push(eng.step_end, _STEP, i, self.step_ver[i])
+        self._mark(i)
+
+    def _finish(self, fl: _Flight, er: EngineRequest, now: float) -> None:
+        req = fl.req
+        if fl.prefill_er is None and fl.prefill >= 0:  # prefill half done: hand the KV to the decoder
+            dec = self.engines[fl.decode]
+            d_er = dec.new_request(
+                req.request_id, req.prompt, req.max_tokens, now, lora=_lora(dec, req.model),
+                ignore_eos=req.ignore_eos, output_len=req.output_tokens, remote_prefill=True,
+            )  # fmt: skip
+            d_er.sink = _Flight(req, fl.decode, fl.prefill, er)
+            self._submit(fl.decode, d_er, now)
+            return
+        first = fl.prefill_er if fl.prefill_er is not None else er
+        res = RequestResult(
+            request_id=req.request_id, model=req.model, status=OK, arrival=req.arrival_time,
+            pod=self.engines[fl.decode].name,
+            prefill_pod=self.engines[fl.prefill].name if fl.prefill >= 0 else None,
+            ttft=er.first_token_time - req.arrival_time, e2e=er.finish_time - req.arrival_time,
+            itl=(er.finish_time - er.first_token_time) / (er.num_output - 1) if er.num_output > 1 else math.nan,
+            queue_wait=first.first_scheduled - req.arrival_time, prompt_tokens=er.prompt_tokens,
+            cached_tokens=max(0, first.num_cached_tokens), output_tokens=er.num_output,
+            preemptions=er.preemptions + (first.preemptions if first is not er else 0),
+            lora_loaded=er.lora_loaded or first.lora_loaded,
+        )  # fmt: skip
+        self._record(res, req)
+
+    def _record(self, res: RequestResult, req: SimRequest, counted: bool = True) -> None:
+        """Keep a request's outcome; `counted` when it was admitted (and so was outstanding)."""
         if counted:
-            self._outstanding -= 1
-        if self.on_complete is not None:
-            self.on_complete(req, res.pod, res)
+            self.outstanding -= 1
+        if self.sim.on_complete is not None:
+            self.sim.on_complete(req, res.pod, res)
+        self.results.append(res)
+
+    def report(self, wall_s: float) -> SimReport:
+        ok_times = [r.arrival + r.e2e for r in self.results if r.status == OK]
+        start = self.arrivals[0].arrival_time if self.arrivals else 0.0
+        duration = (max(ok_times) - start) if ok_times else 0.0
+        pods = [
+            PodStats(e.name, self.requests_per_pod[i], e.prefix_queries, e.prefix_hits, e.lora.loads, e.preemptions,
+                     e.kv.evictions, e.steps, e.busy_time)
+            for i, e in enumerate(self.engines)
+        ]  # fmt: skip
+        return SimReport(self.results, pods, duration, wall_s)
 
 
 def _refusal(engine: Engine, req: SimRequest) -> str | None:
