@@ -46,7 +46,7 @@ from scheduler import (
     load_config_file,
 )
 from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
-from scheduler.prefix import PREFIX_MATCH_KEY, prefix_block_hashes
+from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, prefix_block_hashes
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"

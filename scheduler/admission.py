@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from scheduler.interfaces import Plugin, SaturationDetector
-from scheduler.plugins.filters.utilization_detector import UtilizationDetector
+from scheduler.registry import plugin_class
 from scheduler.types import Endpoint
+
+# GIE's utilization detector, found by its type name like any configured plugin: the core imports no plugin.
+DEFAULT_DETECTOR = "utilization-detector"
 
 
 def admission_detectors(
@@ -22,9 +25,12 @@ def admission_detectors(
 ) -> list[SaturationDetector]:
     """The config's detectors, with GIE's utilization detector (queue_depth, kv_cache) added if absent."""
     detectors = [p for p in plugins if isinstance(p, SaturationDetector)]
-    if not any(isinstance(d, UtilizationDetector) for d in detectors):
+    default = plugin_class(DEFAULT_DETECTOR)
+    if default is None or not issubclass(default, SaturationDetector):
+        raise LookupError(f"plugin type {DEFAULT_DETECTOR!r} is not a registered saturation detector")
+    if not any(isinstance(d, default) for d in detectors):
         params = {"queueDepthThreshold": queue_depth, "kvCacheUtilThreshold": kv_cache}
-        detectors.insert(0, UtilizationDetector(params=UtilizationDetector.Parameters.model_validate(params)))
+        detectors.insert(0, default(params=default.Parameters.model_validate(params)))
     return detectors
 
 

@@ -5,7 +5,7 @@ import pytest
 from scheduler import ProfileRunResult, SaturationDetector, Scheduler, SchedulingResult
 from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.plugins.detectors.prefill_backlog import PrefillBacklogDetector, PrefillBacklogDetectorParameters
-from scheduler.plugins.filters.utilization_detector import UtilizationDetector
+from scheduler.plugins.detectors.utilization_detector import UtilizationDetector
 from tests.scheduler.helpers import FakeClock, endpoint, request
 
 PODS = [endpoint("pod-a"), endpoint("pod-b")]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from scheduler import ConfigError, Scheduler, load_config
-from scheduler.plugins.filters.utilization_detector import UtilizationDetector, UtilizationDetectorParameters
+from scheduler.plugins.detectors.utilization_detector import UtilizationDetector, UtilizationDetectorParameters
 from scheduler.registry import plugin_class
 from tests.scheduler.helpers import endpoint, fresh_state, names, request
 

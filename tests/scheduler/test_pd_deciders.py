@@ -15,7 +15,7 @@ from scheduler.plugins.deciders.prefix_based import (
     PrefixBasedPDDeciderParameters,
     input_tokens,
 )
-from scheduler.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
+from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.registry import plugin_class
 from tests.scheduler.helpers import fresh_state, request
 

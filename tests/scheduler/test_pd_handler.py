@@ -24,7 +24,7 @@ from scheduler.plugins.deciders.multimodal import AlwaysDisaggMultimodalDecider
 from scheduler.plugins.deciders.prefix_based import PrefixBasedPDDecider, PrefixBasedPDDeciderParameters
 from scheduler.plugins.handlers.disagg import DISAGG_DECISION_KEY, DisaggProfileHandler, decision_type
 from scheduler.plugins.handlers.pd_profile import PdProfileHandler
-from scheduler.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
+from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.registry import PluginHandle, plugin_class
 from tests.scheduler.helpers import fresh_state, request
 

@@ -11,7 +11,7 @@ import pytest
 from scheduler import ErrorCode, LLMRequest, Scheduler, SchedulingError, load_config, load_config_file
 from scheduler.plugins.filters.roles import ROLE_LABEL
 from scheduler.plugins.handlers.disagg import DisaggProfileHandler
-from scheduler.prefix import prefix_block_hashes
+from scheduler.plugins.support.prefix import prefix_block_hashes
 from scheduler.trace import SchedulingTrace
 from tests.scheduler.helpers import endpoint, request
 

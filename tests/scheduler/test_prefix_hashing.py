@@ -1,4 +1,4 @@
-"""Prompt block hashing (scheduler.prefix.hashing): GIE's approximate-prefix hashPrompt cases
+"""Prompt block hashing (scheduler.plugins.support.prefix.hashing): GIE's approximate-prefix hashPrompt cases
 (block counts from approximateprefix/plugin_test.go) and the chain checked against an independent
 streaming xxh64 computation."""
 
@@ -8,7 +8,7 @@ import pytest
 import xxhash
 
 from scheduler import LLMRequest
-from scheduler.prefix import hash_prompt, hashes_memo_key, prefix_block_hashes, set_prefix_block_hashes
+from scheduler.plugins.support.prefix import hash_prompt, hashes_memo_key, prefix_block_hashes, set_prefix_block_hashes
 from tests.scheduler.helpers import request
 
 

@@ -1,4 +1,4 @@
-"""The prefix index (scheduler.prefix.index): GIE's approximateprefix/indexer_test.go cases, the
+"""The prefix index (scheduler.plugins.support.prefix.index): GIE's approximateprefix/indexer_test.go cases, the
 longest-prefix match of plugin.go's matchLongestPrefix, and a randomised check against a plain
 model of per-server LRUs."""
 
@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 import pytest
 
-from scheduler.prefix import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
+from scheduler.plugins.support.prefix import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
 
 
 def test_default_capacity_is_gies():

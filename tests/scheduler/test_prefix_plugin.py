@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from scheduler import ConfigError, CycleState, LLMRequest, ProfileRunResult, SchedulingResult, ScorerCategory
 from scheduler.config import load_config
 from scheduler.plugins.scorers.prefix_cache import PrefixCacheParameters, PrefixCacheScorer
-from scheduler.prefix import (
+from scheduler.plugins.support.prefix import (
     PREFIX_MATCH_KEY,
     PrefixCacheMatchInfo,
     hash_prompt,

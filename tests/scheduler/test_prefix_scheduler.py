@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from scheduler import Scheduler, load_config_file
-from scheduler.prefix import PREFIX_MATCH_KEY
+from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
 from tests.scheduler.helpers import endpoint, request
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -5,8 +5,8 @@ import pytest
 
 from scheduler import ProfileRunResult, ResponseComplete, ResponseFirstToken, Scheduler, SchedulingResult
 from scheduler.plugins.scorers.prefill_backlog import PrefillBacklogScorer
-from scheduler.prefill_ledger import PrefillLedgerParameters
-from scheduler.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
+from scheduler.plugins.support.prefill_ledger import PrefillLedgerParameters
+from scheduler.plugins.support.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from tests.scheduler.helpers import FakeClock, endpoint, fresh_state, request
 
 A, B, C = endpoint("pod-a"), endpoint("pod-b"), endpoint("pod-c")

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, PDDecider
-from scheduler.prefix import AVERAGE_CHARS_PER_TOKEN, PREFIX_MATCH_KEY, PrefixCacheMatchInfo
+from scheduler.plugins.support.prefix import AVERAGE_CHARS_PER_TOKEN, PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 

@@ -1,1 +1,2 @@
-"""Built-in saturation detectors that are not filters, one per module (GIE flow control's SaturationDetector)."""
+"""Built-in saturation detectors, one per module (GIE flow control's SaturationDetector);
+`utilization-detector` is a filter too."""

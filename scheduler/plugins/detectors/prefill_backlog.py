@@ -1,6 +1,6 @@
 """`prefill-backlog-detector` (Ray EPP): the pool is saturated for sheddable traffic when the prompt
 work this router has sent and not yet seen answered averages `maxBacklogTokens` or more per
-endpoint (scheduler/prefill_ledger.py).
+endpoint (scheduler/plugins/support/prefill_ledger.py).
 
 Why: GIE's utilization detector sheds sheddable requests only once the scraped queues or KV cache
 cross their lines, so under overload the pool runs *at* saturation, and an FCFS engine makes
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from scheduler.interfaces import SaturationDetector
-from scheduler.prefill_ledger import PrefillLedger, PrefillLedgerParameters
+from scheduler.plugins.support.prefill_ledger import PrefillLedger, PrefillLedgerParameters
 from scheduler.registry import register
 from scheduler.types import Endpoint
 

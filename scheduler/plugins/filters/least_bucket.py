@@ -1,4 +1,5 @@
-"""The legacy "least" bucket rule shared by `least-queue-filter` and `least-kv-cache-filter`.
+"""The legacy "least" bucket rule shared by `least-queue-filter` and `least-kv-cache-filter` (a helper,
+not a plugin).
 
 GIE's leastQueuingFilterFunc / leastKVCacheFilterFunc: split the range [min, max] of a metric over
 the candidates into len(candidates) equal buckets and keep the endpoints in the lowest one, i.e.

@@ -15,8 +15,8 @@ from pydantic import BeforeValidator, Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
-from scheduler.inflight import InFlightLedger, LedgerClock
 from scheduler.interfaces import Parameters, PreRequest, ResponseComplete, Scorer, ScorerCategory
+from scheduler.plugins.support.inflight import InFlightLedger, LedgerClock
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 

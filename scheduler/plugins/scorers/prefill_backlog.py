@@ -1,6 +1,6 @@
 """`prefill-backlog-scorer` (Ray EPP): prefer the endpoint that would reach this request's first
 token soonest, by this router's own ledger of prompt work sent and not yet answered
-(scheduler/prefill_ledger.py).
+(scheduler/plugins/support/prefill_ledger.py).
 
 Why: a model server prefills in FCFS order under a per-step token budget, so a request's time to
 first token grows with the uncached prompt tokens queued ahead of it on that server. Scraped
@@ -15,8 +15,13 @@ from __future__ import annotations
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Scorer, ScorerCategory
-from scheduler.prefill_ledger import PrefillLedger, PrefillLedgerParameters, prompt_tokens, uncached_tokens
-from scheduler.prefix.match_info import PREFIX_MATCH_KEY
+from scheduler.plugins.support.prefill_ledger import (
+    PrefillLedger,
+    PrefillLedgerParameters,
+    prompt_tokens,
+    uncached_tokens,
+)
+from scheduler.plugins.support.prefix.match_info import PREFIX_MATCH_KEY
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 

@@ -2,7 +2,7 @@
 score higher (GIE's approximate prefix-cache producer and prefix scorer in one plugin).
 
 Score = matched blocks / prompt blocks, where a server's matched blocks come from the longest-prefix
-walk over an index of what each server was sent before (scheduler.prefix). Every scored endpoint
+walk over an index of what each server was sent before (scheduler.plugins.support.prefix). Every scored endpoint
 gets a PrefixCacheMatchInfo attribute (PREFIX_MATCH_KEY) for other plugins (the P/D decider).
 
 It is also a PreRequest hook: once a request is scheduled, the index learns that the primary
@@ -20,7 +20,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, PreRequest, Scorer, ScorerCategory
-from scheduler.prefix import (
+from scheduler.plugins.support.prefix import (
     DEFAULT_BLOCK_SIZE_TOKENS,
     DEFAULT_LRU_CAPACITY_PER_SERVER,
     DEFAULT_MAX_PREFIX_BLOCKS,

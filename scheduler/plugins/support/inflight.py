@@ -1,5 +1,6 @@
 """A ledger of work in flight per endpoint, kept from the scheduler's own decisions: what plugins
-that count requests or tokens sent and not yet answered share (active-request, prefill-backlog).
+that count requests or tokens sent and not yet answered share (active-request, prefill-backlog);
+a helper, not a plugin.
 
 Each request adds an amount to one or more endpoints; releasing the request (its response came)
 takes it back; a request never released is dropped after `timeout` seconds, so a lost response

@@ -1,6 +1,6 @@
 """The prompt work a router has sent to each endpoint and not yet seen answered: estimated uncached
 prompt tokens of requests whose first token has not arrived. What `prefill-backlog-scorer` ranks
-endpoints by and `prefill-backlog-detector` admits by.
+endpoints by and `prefill-backlog-detector` admits by (a mixin of theirs, not a plugin).
 
 PreRequest adds a request's uncached tokens to its prefill target (the prefill profile's target in
 P/D, else the primary's), ResponseFirstToken or ResponseComplete removes them, `requestTimeout`
@@ -15,10 +15,10 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 
 from scheduler.duration import duration_seconds
-from scheduler.inflight import InFlightLedger, LedgerClock
 from scheduler.interfaces import Parameters, PreRequest, ResponseComplete, ResponseFirstToken
-from scheduler.prefix.hashing import AVERAGE_CHARS_PER_TOKEN
-from scheduler.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
+from scheduler.plugins.support.inflight import InFlightLedger, LedgerClock
+from scheduler.plugins.support.prefix.hashing import AVERAGE_CHARS_PER_TOKEN
+from scheduler.plugins.support.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 
 PREFILL_PROFILE = "prefill"  # GIE's / llm-d's prefill profile name when the handler names none

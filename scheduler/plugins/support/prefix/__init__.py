@@ -1,7 +1,8 @@
 """Approximate prefix-cache awareness: prompt block hashing, the per-server block index, and the
-match information the prefix-cache scorer attaches to endpoints."""
+match information the prefix-cache scorer attaches to endpoints. Helpers of the prefix-cache
+scorer and the P/D deciders, not plugins."""
 
-from scheduler.prefix.hashing import (
+from scheduler.plugins.support.prefix.hashing import (
     AVERAGE_CHARS_PER_TOKEN,
     DEFAULT_BLOCK_SIZE_TOKENS,
     DEFAULT_MAX_PREFIX_BLOCKS,
@@ -11,8 +12,8 @@ from scheduler.prefix.hashing import (
     prefix_block_hashes,
     set_prefix_block_hashes,
 )
-from scheduler.prefix.index import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
-from scheduler.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
+from scheduler.plugins.support.prefix.index import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
+from scheduler.plugins.support.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 
 __all__ = [
     "AVERAGE_CHARS_PER_TOKEN",

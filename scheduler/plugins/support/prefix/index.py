@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from itertools import groupby
 
-from scheduler.prefix.hashing import DEFAULT_BLOCK_SIZE_TOKENS
+from scheduler.plugins.support.prefix.hashing import DEFAULT_BLOCK_SIZE_TOKENS
 
 # A Llama-3-8B on an 80 GB H100 caches about 500K tokens: 31,250 blocks of 16 tokens (GIE's note).
 DEFAULT_LRU_CAPACITY_PER_SERVER = 500_000 // DEFAULT_BLOCK_SIZE_TOKENS
