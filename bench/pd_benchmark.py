@@ -90,8 +90,8 @@ class Setup:
                     plugin.setdefault("parameters", {})["maxPrefixBlocksToMatch"] = self.match_blocks
         return data
 
-    def router(self) -> SchedulerRouter:
-        return SchedulerRouter(Scheduler.from_config(load_config(self.config())))
+    def router(self, seed: int = 0) -> SchedulerRouter:
+        return SchedulerRouter(Scheduler.from_config(load_config(self.config())), seed=seed)
 
     def pods(self) -> list[PodConfig]:
         return (
@@ -185,7 +185,7 @@ def counts_delta(before: dict[str, float], after: dict[str, float]) -> dict[str,
 
 def sim_row(setup: Setup, workload: list[SimRequest], seed: int, scrape_interval: float = 0.05) -> dict[str, Any]:
     """One setup on one workload in the cluster simulation: latencies (ms), flow throughput, decisions."""
-    router = setup.router()
+    router = setup.router(seed)
     report = run_cluster_sim(setup.pods(), workload, router, scrape_interval=scrape_interval, seed=seed)
     return _report_row(setup, report, workload, router)
 
@@ -224,7 +224,7 @@ def calibrate(duration: float, seed: int) -> dict[str, Any]:
     of a probe (the top of the throughput-vs-offered-load curve: past it the pool does not keep up,
     and its KV cache fills up and preempts)."""
     pods = AGGREGATED_8.pods()
-    burst = run_cluster_sim(pods, long_prompts(0, 50 * len(pods), seed), AGGREGATED_8.router(), seed=seed)
+    burst = run_cluster_sim(pods, long_prompts(0, 50 * len(pods), seed), AGGREGATED_8.router(seed), seed=seed)
     estimate = burst.request_throughput
     probes = []
     for f in PROBES:

@@ -65,7 +65,7 @@ def make_policy(name: str, seed: int = 0) -> Any:
         path = config_path(name)
         if not path.is_file():
             raise ValueError(f"policy {name!r}: no config file {path}")
-        return SchedulerRouter(path)
+        return SchedulerRouter(path, seed=seed)
     if name not in PEERS:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(known_policies())}")
     return PEERS[name](seed)

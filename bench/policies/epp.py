@@ -1,5 +1,8 @@
 """Our scheduler, any EndpointPickerConfig, as a cluster-simulation router.
 
+* Reproducible: the plugins' random tie-breaks (`max-score-picker`, `random-picker`, the LoRA
+  filter) draw from generators seeded with `seed` and the plugin's name, so a run with a given
+  seed gives the same decisions every time.
 * Pods -> endpoints: each PodView becomes an `Endpoint` whose `Metrics` are the pod's last scraped
   metrics, with `update_time` set from the scrape time. The scheduler's clocks (every plugin's
   `clock`, e.g. the utilization detector's staleness check) are pointed at the simulation's
@@ -19,6 +22,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from scheduler import Endpoint, LLMRequest, Metrics, Scheduler, SchedulingError, load_config_file
@@ -33,14 +37,16 @@ PREFILL_PROFILE = "prefill"
 
 
 class SchedulerRouter:
-    def __init__(self, config: str | Path | Scheduler, *, admission: bool = True) -> None:
+    def __init__(self, config: str | Path | Scheduler, *, admission: bool = True, seed: int = 0) -> None:
         self.scheduler = config if isinstance(config, Scheduler) else Scheduler.from_config(load_config_file(config))
         self.admission = admission
         self.now = 0.0
         clock = self.virtual_clock
-        for plugin in self.scheduler.plugins.values():
+        for name, plugin in self.scheduler.plugins.items():
             if callable(getattr(plugin, "clock", None)):
                 plugin.clock = clock  # type: ignore[attr-defined]
+            if isinstance(getattr(plugin, "rng", None), random.Random):
+                plugin.rng = random.Random(f"{seed}:{name}")  # type: ignore[attr-defined]
         self.detectors = admission_detectors(self.scheduler.plugins.values())
         for detector in self.detectors:
             detector.clock = clock  # type: ignore[attr-defined]

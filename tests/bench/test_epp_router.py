@@ -127,6 +127,22 @@ def test_overload_in_the_cluster_sim_sheds_only_sheddable_requests():
     assert result.metrics["by_priority"]["1"]["completed"] == sum(1 for r in work if r.priority > 0)
 
 
+def test_a_seed_makes_tie_breaks_and_whole_runs_repeatable():
+    from bench.workloads import random_prompt_workload, uniform_spec
+
+    four = pods("a", "b", "c", "d")  # equal metrics: every pick is a random tie-break
+
+    def picks(seed: int) -> list[str]:
+        r = make_policy("epp-gie-default", seed)
+        return [r.route(req(f"r{i}", f"unique prompt {i}"), four, 0.0) for i in range(40)]
+
+    assert picks(0) == picks(0)
+    assert picks(0) != picks(1)
+    work = random_prompt_workload(uniform_spec(300), 100, seed=2)
+    runs = [ClusterSimDriver().run("epp-default", make_pod_configs(4), work, seed=0) for _ in range(2)]
+    assert runs[0].outcomes == runs[1].outcomes
+
+
 def test_unknown_policies_and_configs_are_errors():
     import pytest
 
