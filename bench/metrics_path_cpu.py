@@ -221,6 +221,7 @@ def run(
     import ray
 
     from actors import ActorOptions, PodSpec, start_epp_actors, stop_epp_actors
+    from serve_app.launch import DEFAULT_CONFIG
     from simulator import PodConfig, start_sim_pods_in_thread
 
     configs = [PodConfig(name=f"sim-{i}") for i in range(n_pods)]
@@ -230,7 +231,7 @@ def run(
     with start_sim_pods_in_thread(configs, time_scale=1.0) as sim:
         sim_tid = sim._thread.native_id
         specs = [PodSpec(name=p.name, address=p.address, port=p.port, labels=p.labels) for p in sim.pods]
-        config = (ROOT / "configs" / "default.yaml").read_text()
+        config = Path(DEFAULT_CONFIG).read_text()
         epp = start_epp_actors(config, specs, options=ActorOptions(datastore_name=name))
         try:
             handles = ray.get(epp.datastore.metrics_actors.remote())

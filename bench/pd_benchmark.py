@@ -44,12 +44,12 @@ import yaml
 from bench.metrics import dist_ms
 from bench.policies.epp import SchedulerRouter
 from scheduler import Scheduler, load_config
+from serve_app.launch import DEFAULT_CONFIG
 from simulator import PodConfig, SimReport, SimRequest, WorkloadSpec, generate_workload, run_cluster_sim
 from simulator.report import OK, percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"
-DEFAULT_CONFIG = str(ROOT / "configs" / "default.yaml")
 PD_CONFIG = str(ROOT / "configs" / "pd.yaml")
 
 PROMPT_TOKENS = 5000

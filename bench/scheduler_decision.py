@@ -47,9 +47,8 @@ from scheduler import (
 )
 from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, prefix_block_hashes
+from serve_app.launch import DEFAULT_CONFIG
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 # A 64-word made-up vocabulary: prompts look like text (spaces, varied word lengths), cost nothing to build.
 WORDS = [
@@ -148,7 +147,7 @@ def run(
     groups: int,
     seed: int,
     freeze: bool = False,
-    config_path: Path = DEFAULT_CONFIG,
+    config_path: str | Path = DEFAULT_CONFIG,
 ) -> dict:
     rng = random.Random(seed)
     endpoints = make_endpoints(n_endpoints, rng)

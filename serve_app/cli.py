@@ -1,18 +1,61 @@
-"""The `epp` command line: pick, validate, sim, bench, up.
+"""The `epp` command line: pick, validate, sim, bench, up — the one place that wires every layer.
 
-Each subcommand imports what it needs when it runs, so `epp pick` starts without Ray."""
+`pick` and `validate` live here and need only the scheduler. `sim`, `bench` and `up` come from
+their own modules (simulator/cli.py, bench/cli.py, serve_app/up.py), each imported only when it is
+the command being run, so `epp pick` starts without the simulator, the benchmarks or Ray. A command
+whose module (or a module it needs) cannot be imported is not dropped from the list: running it
+says which command and which module, and exits 2."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+EXIT_CANNOT_LOAD = 2  # as argparse exits on a usage error
 
-def main(argv: list[str] | None = None) -> int:
+
+def _sim_module() -> ModuleType:
+    from simulator import cli
+
+    return cli
+
+
+def _bench_module() -> ModuleType:
+    from bench import cli
+
+    return cli
+
+
+def _up_module() -> ModuleType:
+    from serve_app import up
+
+    return up
+
+
+@dataclass(frozen=True, slots=True)
+class Subcommand:
+    """A command another module provides, as `add_<name>_arguments(parser)` and `run_<name>(args)`."""
+
+    name: str
+    help: str
+    load: Callable[[], ModuleType]
+
+
+SUBCOMMANDS = (
+    Subcommand("sim", "run simulated vLLM pods on 127.0.0.1", _sim_module),
+    Subcommand("bench", "routing-quality benchmarks (cluster simulation or end to end), with a report", _bench_module),
+    Subcommand("up", "start the gateway (default: local Ray, 4 simulated pods, configs/default.yaml)", _up_module),
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="epp", description="Ray EPP: an endpoint picker for LLM inference on Ray.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -27,30 +70,29 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("config", help="EndpointPickerConfig YAML")
     validate.set_defaults(func=_cmd_validate)
 
-    _add_optional_commands(sub)
+    for command in SUBCOMMANDS:
+        cmd_parser = sub.add_parser(command.name, help=command.help)
+        if argv[:1] != [command.name]:
+            continue  # not the one being run: listed in the help, not imported
+        try:
+            module = command.load()
+        except ImportError as err:
+            return _cannot_load(command, err)
+        getattr(module, f"add_{command.name}_arguments")(cmd_parser)
+        cmd_parser.set_defaults(func=getattr(module, f"run_{command.name}"))
+
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 
 
-# Subcommands other packages provide: (name, module with add_<name>_arguments/run_<name>, help).
-# Looked up by name so that `epp pick` starts without importing them (or Ray).
-OPTIONAL_COMMANDS = (
-    ("sim", "simulator.cli", "run simulated vLLM pods on 127.0.0.1"),
-    ("bench", "bench.cli", "routing-quality benchmarks (cluster simulation or end to end), with a report"),
-    ("up", "serve_app.up", "start the gateway (default: local Ray, 4 simulated pods, configs/default.yaml)"),
-)
-
-
-def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
-    """Subcommands from the other layers; each registers its own arguments."""
-    for name, module_name, help_text in OPTIONAL_COMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        cmd = sub.add_parser(name, help=help_text)
-        getattr(module, f"add_{name}_arguments")(cmd)
-        cmd.set_defaults(func=getattr(module, f"run_{name}"))
+def _cannot_load(command: Subcommand, err: ImportError) -> int:
+    missing = err.name or "?"
+    print(
+        f"epp {command.name}: cannot load this command: module {missing!r} is missing or broken ({err}).\n"
+        "Install the project with its dependencies (pip install -e . in the repository, or make run).",
+        file=sys.stderr,
+    )
+    return EXIT_CANNOT_LOAD
 
 
 def _read_json(path: str, what: str) -> Any:

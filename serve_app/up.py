@@ -9,10 +9,8 @@ import argparse
 import signal
 import sys
 import threading
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = REPO_ROOT / "configs" / "default.yaml"
+from serve_app.launch import DEFAULT_CONFIG
 
 
 def add_up_arguments(p: argparse.ArgumentParser) -> None:
