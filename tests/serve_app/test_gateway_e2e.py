@@ -41,12 +41,6 @@ def gateway(ray_session, sim):
     dep.stop()
 
 
-@pytest.fixture()
-def client(gateway):
-    with httpx.Client(base_url=gateway.url, timeout=60) as c:
-        yield c
-
-
 def destination(resp: httpx.Response, sim) -> str:
     host_port = resp.headers["x-gateway-destination-endpoint"]
     return next(p.name for p in sim.pods if host_port.endswith(f":{p.port}"))

@@ -43,12 +43,6 @@ def gateway(ray_session, sim):
     dep.stop()
 
 
-@pytest.fixture()
-def client(gateway):
-    with httpx.Client(base_url=gateway.url, timeout=60) as c:
-        yield c
-
-
 def ask(client, prompt: str, **extra) -> tuple[httpx.Response, dict]:
     resp = client.post(
         "/v1/completions",
