@@ -28,16 +28,14 @@ from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, as_served
 from scheduler import (
     Endpoint,
     ErrorCode,
-    LLMRequest,
-    PreRequest,
     SchedulingError,
-    SchedulingResult,
     build_plugins,
     dump_config,
     load_config,
     run_profile,
 )
 from scheduler.cycle_state import profile_error_key
+from scheduler.hooks import RequestHooks
 from scheduler.trace import SchedulingTrace
 
 log = logging.getLogger("ray_epp.actors.profile")
@@ -73,10 +71,8 @@ class ProfileActor:
         self._name = profile_name
         self._digest = config_digest(dump_config(cfg))
         self.profile = built.profiles[profile_name]
-        plugins = self.profile.plugins()
-        self._pre_request = [p for p in plugins if isinstance(p, PreRequest)]
-        self._first_token = [p for p in plugins if callable(getattr(p, "response_first_token", None))]
-        self._complete = [p for p in plugins if callable(getattr(p, "response_complete", None))]
+        # The same dispatcher, and so the same rule, as the in-process Scheduler's (scheduler/hooks.py).
+        self._hooks = RequestHooks(self.profile.plugins())
         self._datastore_name = datastore_name
         self._namespace = namespace or ray.get_runtime_context().namespace
         self._datastore: Any = None
@@ -85,7 +81,6 @@ class ProfileActor:
         self._snapshot_event = asyncio.Event()
         self._intervals: deque[tuple[float, float]] = deque(maxlen=512)
         self._calls = 0
-        self._hook_errors = 0
         self._watch_errors = 0
         self._recorder = MetricsRecorder()
         self._pusher: MetricsPusher | None = None
@@ -150,19 +145,11 @@ class ProfileActor:
 
     def _apply(self, event: ProfileEvent) -> None:
         if event.kind == "pre_request" and event.result is not None:
-            self._hooks(self._pre_request, "pre_request", event.request, event.result)
+            self._hooks.pre_request(event.request, event.result)
         elif event.kind == "first_token" and event.endpoint_name is not None:
-            self._hooks(self._first_token, "response_first_token", event.request, event.endpoint_name)
+            self._hooks.response_first_token(event.request, event.endpoint_name)
         elif event.kind == "response_complete" and event.endpoint_name is not None:
-            self._hooks(self._complete, "response_complete", event.request, event.endpoint_name)
-
-    def _hooks(self, plugins: list, method: str, *args: Any) -> None:
-        for hook in plugins:
-            try:
-                getattr(hook, method)(*args)
-            except Exception as err:  # a plugin bug must not lose the other plugins' updates
-                self._hook_errors += 1
-                log.warning("%s of %s failed: %s", method, hook.name, err)
+            self._hooks.response_complete(event.request, event.endpoint_name)
 
     def _start_pusher(self) -> None:
         """Plugin timings go to the metrics hub (once one exists), like the gateway's own."""
@@ -200,16 +187,6 @@ class ProfileActor:
         profile_trace = None if trace is None else trace.profiles.get(self._name)
         return ProfileOutcome(result, error, profile_trace, version, started, time.time())
 
-    async def pre_request_batch(self, items: list[tuple[LLMRequest, SchedulingResult]]) -> None:
-        """Tell this profile's PreRequest plugins (e.g. the prefix index) where requests went."""
-        for request, result in items:
-            self._hooks(self._pre_request, "pre_request", request, result)
-
-    async def response_complete_batch(self, items: list[tuple[LLMRequest, str]]) -> None:
-        """Tell plugins that have `response_complete(request, endpoint_name)` a response finished."""
-        for request, endpoint_name in items:
-            self._hooks(self._complete, "response_complete", request, endpoint_name)
-
     async def channel_endpoint(self) -> dict[str, Any] | None:
         """Where a gateway replica on this node can send run_batch directly, or None."""
         if self._channel is None or self._channel_started is None:
@@ -233,7 +210,7 @@ class ProfileActor:
             "endpoints": [e.name for e in self._endpoints],
             "plugins": [p.name for p in self.profile.plugins()],
             "calls": self._calls,
-            "hook_errors": self._hook_errors,
+            "hook_errors": self._hooks.errors,
             "watch_errors": self._watch_errors,
         }
 

@@ -1,35 +1,61 @@
-"""The request-lifecycle hooks of a set of plugins, called in one place: PreRequest after the
+"""The request-lifecycle hooks of a set of plugins, dispatched in one place: PreRequest after the
 decision, ResponseFirstToken when a stream's first token arrives, ResponseComplete at the end.
-The in-process Scheduler uses it for all its plugins, the gateway for the ones it keeps locally."""
+The in-process Scheduler uses it for all its plugins, each profile actor for its profile's
+plugins, the gateway for the detectors it keeps locally: one rule everywhere.
+
+The rule is GIE's (kubernetes-sigs/gateway-api-inference-extension, pkg/epp/requestcontrol/
+director.go at 014fd184a61d: a plugin is a PreRequest plugin when it implements that interface,
+and `runPreRequestPlugins` runs after scheduling, its hooks returning no error):
+
+* a plugin gets a hook only if it declares the interface (`isinstance(plugin, PreRequest)`);
+  a method of the same name on a plugin that does not declare the role is not called;
+* a hook that raises is logged and counted in `errors`; the other plugins' hooks still run and
+  the decision already made stands (an error there does not un-schedule the request)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from scheduler.interfaces import Plugin, PreRequest, ResponseComplete, ResponseFirstToken
 from scheduler.types import LLMRequest, SchedulingResult
 
+log = logging.getLogger("ray_epp.scheduler.hooks")
+
 
 class RequestHooks:
-    __slots__ = ("_complete", "_first_token", "_pre_request")
+    __slots__ = ("_complete", "_first_token", "_pre_request", "errors")
 
     def __init__(self, plugins: Iterable[Plugin]) -> None:
         plugins = list(plugins)
         self._pre_request = [p for p in plugins if isinstance(p, PreRequest)]
         self._first_token = [p for p in plugins if isinstance(p, ResponseFirstToken)]
         self._complete = [p for p in plugins if isinstance(p, ResponseComplete)]
+        self.errors = 0  # hook calls that raised, since this dispatcher was built
 
     def __bool__(self) -> bool:
         return bool(self._pre_request or self._first_token or self._complete)
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         for hook in self._pre_request:
-            hook.pre_request(request, result)
+            self._run(hook, hook.pre_request, request, result)
 
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         for hook in self._first_token:
-            hook.response_first_token(request, endpoint_name)
+            self._run(hook, hook.response_first_token, request, endpoint_name)
 
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         for hook in self._complete:
-            hook.response_complete(request, endpoint_name)
+            self._run(hook, hook.response_complete, request, endpoint_name)
+
+    def _run(self, plugin: Plugin, method: Callable[..., None], request: LLMRequest, arg: Any) -> None:
+        try:
+            method(request, arg)
+        except Exception as err:  # a plugin's bug must not lose the other plugins' updates
+            self.errors += 1
+            log.warning(
+                "%s of plugin %r failed on request %s: %s: %s",
+                method.__name__, plugin.name, request.request_id, type(err).__name__, err,
+                exc_info=self.errors == 1,  # the first traceback; then one line each
+            )  # fmt: skip

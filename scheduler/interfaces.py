@@ -2,22 +2,22 @@
 
 A plugin is a class with a registered `type_name` and a pydantic `Parameters` model; the loader
 builds it from config. A plugin may fill several roles (e.g. a scorer that is also a PreRequest
-hook). Filters, scorers and pickers return no error (seed 003): a filter that removes every
-endpoint is how a profile fails."""
+hook). The roles are abstract classes: a plugin class that misses a method of a role it declares
+can not be built, so `load_config` names it at load time rather than the first request failing.
+Filters, scorers and pickers return no error (GIE's framework contract): a filter that removes
+every endpoint is how a profile fails."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from scheduler.cycle_state import CycleState
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult, ScoredEndpoint
-
-if TYPE_CHECKING:
-    from scheduler.registry import PluginHandle
 
 
 class Parameters(BaseModel):
@@ -30,7 +30,27 @@ class NoParameters(Parameters):
     pass
 
 
-class Plugin:
+class PluginHandle:
+    """What a plugin sees of its siblings while the config is built: other plugins by name.
+    A plugin built outside a config (tests, defaults made in code) gets one with no siblings."""
+
+    __slots__ = ("_names", "_resolve")
+
+    def __init__(self, resolve: Callable[[str], Plugin] | None = None, names: list[str] | None = None) -> None:
+        self._resolve = resolve
+        self._names = list(names or ())
+
+    def plugin(self, name: str) -> Plugin:
+        """The instance configured under `name` (built on demand); KeyError if there is none."""
+        if self._resolve is None:
+            raise KeyError(f"no plugin named {name!r}: this plugin was built outside a config")
+        return self._resolve(name)
+
+    def plugin_names(self) -> list[str]:
+        return list(self._names)
+
+
+class Plugin(ABC):  # noqa: B024 (the abstract methods are those of the roles a plugin declares)
     """Base of all plugins. `name` is the instance name from config (defaults to the type)."""
 
     type_name: ClassVar[str] = ""
@@ -39,9 +59,9 @@ class Plugin:
     def __init__(self, name: str | None = None, params: Any = None, handle: PluginHandle | None = None) -> None:
         self.name = name or self.type_name
         self.params = params if params is not None else self.Parameters()
-        self.setup(handle)
+        self.setup(handle if handle is not None else PluginHandle())
 
-    def setup(self, handle: PluginHandle | None) -> None:
+    def setup(self, handle: PluginHandle) -> None:  # noqa: B027 (optional: most plugins need no setup)
         """Hook for plugins that derive state from their parameters or look up other plugins."""
 
     def __repr__(self) -> str:
@@ -49,8 +69,9 @@ class Plugin:
 
 
 class Filter(Plugin):
+    @abstractmethod
     def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
-        raise NotImplementedError
+        """The endpoints this request may go to (a subset of `endpoints`, in any order)."""
 
 
 class ScorerCategory(StrEnum):
@@ -64,16 +85,17 @@ class ScorerCategory(StrEnum):
 class Scorer(Plugin):
     category: ClassVar[ScorerCategory] = ScorerCategory.DISTRIBUTION
 
+    @abstractmethod
     def score(
         self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
     ) -> Mapping[Endpoint, float]:
         """A score per endpoint, ideally in [0, 1]; the profile clamps it. Missing endpoints score 0."""
-        raise NotImplementedError
 
 
 class Picker(Plugin):
+    @abstractmethod
     def pick(self, cycle_state: CycleState, scored: list[ScoredEndpoint]) -> ProfileRunResult:
-        raise NotImplementedError
+        """The chosen endpoints (the first is the target), from the scored candidates."""
 
 
 class ProfileHandler(Plugin):
@@ -86,6 +108,7 @@ class ProfileHandler(Plugin):
         """Errors when the configured profiles do not fit this handler (checked at load time)."""
         return []
 
+    @abstractmethod
     def pick(
         self,
         cycle_state: CycleState,
@@ -93,21 +116,21 @@ class ProfileHandler(Plugin):
         profiles: Mapping[str, Any],
         results: Mapping[str, ProfileRunResult | None],
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        """The profiles to run in the next round (a subset of `profiles`); empty ends the loop."""
 
+    @abstractmethod
     def process_results(
         self, cycle_state: CycleState, request: LLMRequest, results: Mapping[str, ProfileRunResult | None]
     ) -> SchedulingResult:
         """The final result, or raise SchedulingError when the request must fail."""
-        raise NotImplementedError
 
 
 class PreRequest(Plugin):
     """Runs after the decision, before the request is sent (GIE's PreRequest): stateful plugins
     learn where the request went. Every plugin instance that has it is told every decision."""
 
-    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None: ...
 
 
 class ResponseFirstToken(Plugin):
@@ -115,16 +138,16 @@ class ResponseFirstToken(Plugin):
     extension point; GIE's ResponseStreaming runs per chunk, too often to cross a process): plugins
     that track prefill work learn it is done. A non-streamed response only gets ResponseComplete."""
 
-    def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None: ...
 
 
 class ResponseComplete(Plugin):
     """Runs when the response to a scheduled request has been sent in full (llm-d's ResponseBody
     at end of stream): plugins that count requests in flight learn that one has finished."""
 
-    def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def response_complete(self, request: LLMRequest, endpoint_name: str) -> None: ...
 
 
 class SaturationDetector(Plugin):
@@ -132,8 +155,8 @@ class SaturationDetector(Plugin):
     sheddable requests (priority < 0) with 429 before scheduling them. Declared in `plugins`;
     it need not be in a profile (scheduler/admission.py collects them)."""
 
-    def is_pool_saturated(self, endpoints: list[Endpoint]) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def is_pool_saturated(self, endpoints: list[Endpoint]) -> bool: ...
 
 
 class PDDecider(Plugin):
@@ -141,8 +164,8 @@ class PDDecider(Plugin):
     for this request (llm-d's decider plugins): the prefill stage of P/D, or the encode stage of
     E/P/D. Configured as a plugin outside any profile and named by the `disagg-profile-handler`."""
 
-    def disaggregate(self, cycle_state: CycleState, request: LLMRequest, decode_endpoint: Endpoint) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def disaggregate(self, cycle_state: CycleState, request: LLMRequest, decode_endpoint: Endpoint) -> bool: ...
 
 
 class PluginTimer(Protocol):

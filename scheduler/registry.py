@@ -45,17 +45,3 @@ def _load_builtins() -> None:
         _builtins_loaded = True
         importlib.import_module("scheduler.plugins")
 
-
-class PluginHandle:
-    """What a plugin sees of its siblings while the config is built: other plugins by name."""
-
-    def __init__(self, resolve, names: list[str]) -> None:
-        self._resolve = resolve
-        self._names = names
-
-    def plugin(self, name: str) -> Plugin:
-        """The instance configured under `name` (built on demand); KeyError if there is none."""
-        return self._resolve(name)
-
-    def plugin_names(self) -> list[str]:
-        return list(self._names)

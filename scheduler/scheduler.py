@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from scheduler.config import build_plugins, load_config
 from scheduler.cycle_state import CycleState, profile_error_key
 from scheduler.errors import ErrorCode, SchedulingError
 from scheduler.hooks import RequestHooks
@@ -31,8 +32,6 @@ class Scheduler:
     @classmethod
     def from_config(cls, config, timer: PluginTimer | None = None) -> Scheduler:
         """Build from a loaded config (`load_config`), YAML text, or a dict."""
-        from scheduler.config import build_plugins, load_config  # the config layer imports this module
-
         if not hasattr(config, "scheduling_profiles"):
             config = load_config(config)
         built = build_plugins(config)

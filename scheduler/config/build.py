@@ -8,9 +8,9 @@ from pydantic import ValidationError
 
 from scheduler.config.models import EndpointPickerConfig
 from scheduler.errors import ConfigError
-from scheduler.interfaces import Filter, Picker, Plugin, ProfileHandler, Scorer
+from scheduler.interfaces import Filter, Picker, Plugin, PluginHandle, ProfileHandler, Scorer
 from scheduler.profile import SchedulerProfile, WeightedScorer
-from scheduler.registry import PluginHandle, plugin_class
+from scheduler.registry import plugin_class
 
 
 @dataclass(slots=True)

@@ -10,9 +10,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from scheduler.config.build import build_plugins
 from scheduler.config.models import EndpointPickerConfig, PluginSpec, ProfilePluginRef, SchedulingProfileSpec
 from scheduler.errors import ConfigError
-from scheduler.interfaces import Filter, Picker, Plugin, ProfileHandler, Scorer
+from scheduler.interfaces import Filter, Picker, Plugin, ProfileHandler, Scorer, roles_of
 from scheduler.registry import plugin_class, plugin_types
 
 DEFAULT_PROFILE = "default"
@@ -59,9 +60,7 @@ def load_config(source: str | dict[str, Any] | EndpointPickerConfig) -> Endpoint
     if errors:
         raise ConfigError(errors)
 
-    from scheduler.config.build import build_plugins  # a trial build: factory and handler checks
-
-    build_plugins(cfg)
+    build_plugins(cfg)  # a trial build: what the plugins' own factories and the handler check
     return cfg
 
 
@@ -84,6 +83,13 @@ def _plugin_classes(cfg: EndpointPickerConfig, errors: list[str]) -> dict[str, t
             errors.append(f"{where}: unknown plugin type {spec.type!r} (known types: {', '.join(plugin_types())})")
             continue
         classes[spec.name] = cls
+        missing = sorted(getattr(cls, "__abstractmethods__", ()))
+        if missing:
+            methods = ", ".join(f"{m}()" for m in missing)
+            errors.append(
+                f"{where} (type {spec.type}): class {cls.__name__} does not implement {methods}, "
+                f"required by its roles ({', '.join(roles_of(cls))})"
+            )
         try:
             cls.Parameters.model_validate(spec.parameters or {})
         except ValidationError as err:

@@ -15,6 +15,7 @@ from actors import ActorOptions, PodSpec, ProfileCall, start_epp_actors, stop_ep
 from actors.datastore import metrics_actor_name  # noqa: E402
 from actors.launcher import profile_actor_name  # noqa: E402
 from actors.placement import affinity_for, node_ids_by_ip  # noqa: E402
+from actors.protocol import ProfileEvent  # noqa: E402
 from scheduler import (  # noqa: E402
     CycleState,
     ErrorCode,
@@ -468,16 +469,77 @@ def test_two_profile_actors_run_at_the_same_time_and_report_errors(ray_session, 
 
         assert learned(outs_a[0]) == {"sim-0": 0.0}
         decision = SchedulingResult({"a": outs_a[0].result, "b": None}, "a")
-        ray.get(a.pre_request_batch.remote([(request(), decision)]))
-        [taught] = ray.get(a.run_batch.remote([ProfileCall(request(), CycleState(), want_trace=True)]))
+        taught_event = ProfileEvent("pre_request", request(), result=decision)
+        [_, taught] = ray.get(a.run_batch.remote([taught_event, ProfileCall(request(), CycleState(), want_trace=True)]))
         assert learned(taught) == {"sim-0": 1.0}
-        ray.get(a.response_complete_batch.remote([(request(), "sim-0")]))
-        [forgot] = ray.get(a.run_batch.remote([ProfileCall(request(), CycleState(), want_trace=True)]))
+        done = ProfileEvent("response_complete", request().without_body(), endpoint_name="sim-0")
+        [_, forgot] = ray.get(a.run_batch.remote([done, ProfileCall(request(), CycleState(), want_trace=True)]))
         assert learned(forgot) == {"sim-0": 0.0}
         assert ray.get(a.info.remote())["hook_errors"] == 0
     finally:
         stop_epp_actors(epp2)
     assert not named_actors("t-two:")
+
+
+# A plugin whose hooks all raise comes first; a scorer that has response_complete without declaring
+# ResponseComplete comes last: the profile actor must dispatch as the in-process Scheduler does.
+HOOKS = """
+plugins:
+- type: test-failing-hooks
+- type: test-learned-scorer
+- type: test-undeclared-hook-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: test-failing-hooks
+  - pluginRef: test-learned-scorer
+  - pluginRef: test-undeclared-hook-scorer
+  - pluginRef: max-score-picker
+"""
+
+
+def test_profile_actor_dispatches_hooks_by_declared_role_and_survives_failing_ones(ray_session, sim):
+    """One rule in both places (scheduler/hooks.py): only declared roles get hooks; a hook that
+    raises is counted and the other plugins still learn the decision and its end."""
+    epp5 = start_epp_actors(HOOKS, pod_specs(sim)[:1], options=fast_options("t-hooks"))
+    try:
+        actor = epp5.profiles["default"]
+        wait_for(lambda: ray.get(actor.info.remote())["endpoints"] == ["sim-0"], what="one endpoint")
+        endpoints = ray.get(epp5.datastore.snapshot.remote())[1]
+        sched = Scheduler.from_config(HOOKS)
+
+        def scores(outcome_trace):
+            return {s["type"]: s["scores"]["sim-0"] for s in outcome_trace["scorers"]}
+
+        def call():
+            return ProfileCall(request(), CycleState(), want_trace=True)
+
+        def in_process():
+            trace = SchedulingTrace()
+            sched.schedule(request(), endpoints, trace, run_pre_request=False)
+            return scores(trace.profiles["default"])
+
+        [first] = ray.get(actor.run_batch.remote([call()]))
+        decision = SchedulingResult({"default": first.result}, "default")
+        assert first.result.target_endpoints[0].name == "sim-0"
+
+        [_, taught] = ray.get(actor.run_batch.remote([ProfileEvent("pre_request", request(), result=decision), call()]))
+        sched.pre_request(request(), decision)
+        want = {"test-learned-scorer": 1.0, "test-undeclared-hook-scorer": 1.0}
+        assert scores(taught.trace) == want == in_process()
+
+        ended = request().without_body()
+        events = [ProfileEvent(kind, ended, endpoint_name="sim-0") for kind in ("first_token", "response_complete")]
+        [*_, done] = ray.get(actor.run_batch.remote([*events, call()]))
+        sched.response_first_token(ended, "sim-0")
+        sched.response_complete(ended, "sim-0")
+        want = {"test-learned-scorer": 0.0, "test-undeclared-hook-scorer": 1.0}  # the undeclared hook never ran
+        assert scores(done.trace) == want == in_process()
+
+        assert ray.get(actor.info.remote())["hook_errors"] == 3 == sched.hooks.errors
+    finally:
+        stop_epp_actors(epp5)
 
 
 def test_metrics_actors_exit_when_their_datastore_is_gone(ray_session, sim):

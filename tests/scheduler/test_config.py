@@ -6,7 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from scheduler import ConfigError, Scheduler, dump_config, load_config, load_config_file
+from scheduler import (
+    ConfigError,
+    PreRequest,
+    ResponseComplete,
+    Scheduler,
+    Scorer,
+    dump_config,
+    load_config,
+    load_config_file,
+    register,
+)
 from scheduler.plugins.handlers.single_profile import SingleProfileHandler
 from scheduler.plugins.pickers.max_score import MaxScorePicker
 
@@ -143,3 +153,32 @@ def test_unreadable_file_is_a_config_error(tmp_path):
 def test_shipped_configs_load(path):
     cfg = load_config_file(path)
     Scheduler.from_config(cfg)
+
+
+# A plugin class that declares a role and misses its method: registered (as a plugin module would
+# be) but not buildable. The config naming it must fail at load, not on the first request.
+@register
+class ScorerWithoutScore(Scorer, PreRequest):
+    type_name = "test-scorer-without-score"
+
+    def pre_request(self, request, result) -> None:
+        pass
+
+
+@register
+class HookWithoutMethod(Scorer, ResponseComplete):
+    type_name = "test-hook-without-method"
+
+    def score(self, cycle_state, request, endpoints):
+        return {}
+
+
+@pytest.mark.parametrize(
+    ("type_name", "missing"),
+    [("test-scorer-without-score", "score()"), ("test-hook-without-method", "response_complete()")],
+)
+def test_plugin_class_missing_a_role_method_fails_at_load(type_name, missing):
+    with pytest.raises(ConfigError) as info:
+        load_config(f"plugins:\n- name: mine\n  type: {type_name}\n")
+    [line] = info.value.errors
+    assert line.startswith(f"plugins[0] 'mine' (type {type_name}): ") and missing in line, line

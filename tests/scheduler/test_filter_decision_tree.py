@@ -8,8 +8,9 @@ import pytest
 from scheduler import ConfigError, Scheduler, load_config
 from scheduler.cycle_state import FILTER_FAILURE_KEY
 from scheduler.errors import ErrorCode, SchedulingError
+from scheduler.interfaces import PluginHandle
 from scheduler.plugins.filters.decision_tree import DecisionTreeFilter, DecisionTreeParameters
-from scheduler.registry import PluginHandle, plugin_class
+from scheduler.registry import plugin_class
 from tests.scheduler.fakes import FakePlugin
 from tests.scheduler.helpers import endpoint, fresh_state, names, request
 

@@ -19,13 +19,14 @@ from scheduler import (
     load_config,
 )
 from scheduler.cycle_state import profile_error_key
+from scheduler.interfaces import PluginHandle
 from scheduler.plugins.deciders.always_disagg import AlwaysDisaggPDDecider
 from scheduler.plugins.deciders.multimodal import AlwaysDisaggMultimodalDecider
 from scheduler.plugins.deciders.prefix_based import PrefixBasedPDDecider, PrefixBasedPDDeciderParameters
 from scheduler.plugins.handlers.disagg import DISAGG_DECISION_KEY, DisaggProfileHandler, decision_type
 from scheduler.plugins.handlers.pd_profile import PdProfileHandler
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
-from scheduler.registry import PluginHandle, plugin_class
+from scheduler.registry import plugin_class
 from tests.scheduler.helpers import fresh_state, request
 
 DECODE, PREFILL, ENCODE = "decode", "prefill", "encode"

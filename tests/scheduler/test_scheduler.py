@@ -1,5 +1,6 @@
 """The in-process Scheduler: GIE's scheduling/scheduler_test.go cases (the default scorers on a
-single profile), plus the PreRequest / ResponseComplete hooks around a decision."""
+single profile), plus the PreRequest / ResponseComplete hooks around a decision and the rule they
+are dispatched by (scheduler/hooks.py; tests/actors checks the profile actors apply the same)."""
 
 import pytest
 
@@ -7,6 +8,7 @@ from scheduler import (
     ErrorCode,
     PreRequest,
     ResponseComplete,
+    ResponseFirstToken,
     Scheduler,
     SchedulerProfile,
     SchedulingError,
@@ -96,3 +98,58 @@ def test_failed_schedule_runs_no_pre_request():
         sched.schedule(request(request_id="r1"), [endpoint("pod2")])
     assert err.value.code is ErrorCode.RESOURCE_EXHAUSTED  # GIE's director: a failed profile is 429
     assert hooks.events == []
+
+
+class FailingHooks(FakePlugin, PreRequest, ResponseFirstToken, ResponseComplete):
+    def pre_request(self, request, result):
+        raise RuntimeError("pre_request bug")
+
+    def response_first_token(self, request, endpoint_name):
+        raise RuntimeError("first token bug")
+
+    def response_complete(self, request, endpoint_name):
+        raise RuntimeError("complete bug")
+
+
+class Undeclared(FakePlugin, PreRequest):
+    """Has response_complete and response_first_token, but declares neither role."""
+
+    def __init__(self, name, **kw):
+        super().__init__(name, **kw)
+        self.events = []
+
+    def pre_request(self, request, result):
+        self.events.append("pre")
+
+    def response_first_token(self, request, endpoint_name):
+        self.events.append("first")
+
+    def response_complete(self, request, endpoint_name):
+        self.events.append("done")
+
+
+def scheduler_with(*plugins):
+    profile = SchedulerProfile("default", filters=list(plugins), picker=plugins[-1])
+    return Scheduler(SingleProfileHandler(), {"default": profile})
+
+
+def test_a_failing_hook_is_counted_and_neither_stops_the_others_nor_the_decision():
+    failing = FailingHooks("failing", keep=["pod1"])
+    hooks = Hooks("hooks", keep=["pod1"], pick="pod1")
+    sched = scheduler_with(failing, hooks)
+    result = sched.schedule(request(request_id="r1"), [endpoint("pod1"), endpoint("pod2")])
+    assert result.target.name == "pod1"  # the decision stands although a PreRequest hook raised
+    sched.response_first_token(request(request_id="r1"), "pod1")
+    sched.response_complete(request(request_id="r1"), "pod1")
+    assert hooks.events == [("pre", "r1", "pod1"), ("done", "r1", "pod1")]
+    assert sched.hooks.errors == 3
+
+
+def test_only_declared_roles_get_hooks():
+    undeclared = Undeclared("undeclared", keep=["pod1"], pick="pod1")
+    sched = scheduler_with(undeclared)
+    sched.schedule(request(request_id="r1"), [endpoint("pod1")])
+    sched.response_first_token(request(request_id="r1"), "pod1")
+    sched.response_complete(request(request_id="r1"), "pod1")
+    assert undeclared.events == ["pre"]
+    assert sched.hooks.errors == 0

@@ -15,7 +15,7 @@ import logging
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Parameters, PDDecider
+from scheduler.interfaces import Parameters, PDDecider, PluginHandle
 from scheduler.plugins.support.prefix import AVERAGE_CHARS_PER_TOKEN, PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
@@ -44,7 +44,7 @@ class PrefixBasedPDDecider(PDDecider):
     type_name = "prefix-based-pd-decider"
     Parameters = PrefixBasedPDDeciderParameters
 
-    def setup(self, handle) -> None:
+    def setup(self, handle: PluginHandle) -> None:
         self.non_cached_tokens = self.params.non_cached_tokens
         self._warned = False
 

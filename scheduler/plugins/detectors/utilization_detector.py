@@ -31,7 +31,7 @@ from pydantic import BeforeValidator, Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
-from scheduler.interfaces import Filter, Parameters, SaturationDetector
+from scheduler.interfaces import Filter, Parameters, PluginHandle, SaturationDetector
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, Metrics
 
@@ -51,7 +51,7 @@ class UtilizationDetector(Filter, SaturationDetector):
     type_name = "utilization-detector"
     Parameters = UtilizationDetectorParameters
 
-    def setup(self, handle) -> None:
+    def setup(self, handle: PluginHandle) -> None:
         self.clock = time.time  # Unix seconds, the clock update_time is written in
         p = self.params
         self._staleness = p.metrics_staleness_threshold

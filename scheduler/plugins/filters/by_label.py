@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Filter, Parameters
+from scheduler.interfaces import Filter, Parameters, PluginHandle
 from scheduler.plugins.filters.label_selector import check_label_key
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
@@ -35,7 +35,7 @@ class ByLabelFilter(Filter):
     type_name = "by-label"
     Parameters = ByLabelParameters
 
-    def setup(self, handle) -> None:
+    def setup(self, handle: PluginHandle) -> None:
         self._valid = frozenset(self.params.valid_values)
 
     def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from scheduler.cycle_state import FILTER_FAILURE_KEY, CycleState
-from scheduler.interfaces import Filter, Parameters
+from scheduler.interfaces import Filter, Parameters, PluginHandle
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 
@@ -104,8 +104,8 @@ class DecisionTreeFilter(Filter):
     type_name = "decision-tree-filter"
     Parameters = DecisionTreeParameters
 
-    def setup(self, handle) -> None:
-        if handle is None:
+    def setup(self, handle: PluginHandle) -> None:
+        if not handle.plugin_names():
             raise ValueError("a decision-tree-filter refers to other plugins: build it from a config")
         self._handle = handle
         self._root = self._compile(self.params, "parameters")

@@ -17,7 +17,7 @@ import random
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Filter, Parameters
+from scheduler.interfaces import Filter, Parameters, PluginHandle
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 
@@ -32,7 +32,7 @@ class LoraAffinityFilter(Filter):
     type_name = "lora-affinity-filter"
     Parameters = LoraAffinityParameters
 
-    def setup(self, handle) -> None:
+    def setup(self, handle: PluginHandle) -> None:
         self.rng = random.Random()
 
     def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:

@@ -33,7 +33,7 @@ from pydantic import Field, model_validator
 
 from scheduler.cycle_state import CycleState, profile_failure
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.interfaces import Parameters, PDDecider, ProfileHandler
+from scheduler.interfaces import Parameters, PDDecider, PluginHandle, ProfileHandler
 from scheduler.plugins.deciders.always_disagg import AlwaysDisaggPDDecider
 from scheduler.plugins.deciders.prefix_based import PrefixBasedPDDecider, PrefixBasedPDDeciderParameters
 from scheduler.registry import register
@@ -134,7 +134,7 @@ class DisaggProfileHandler(ProfileHandler):
     type_name = "disagg-profile-handler"
     Parameters = DisaggProfileHandlerParameters
 
-    def setup(self, handle) -> None:
+    def setup(self, handle: PluginHandle) -> None:
         p: DisaggProfileHandlerParameters = self.params
         if p.uses_nested():
             profiles = {s: (getattr(p.profiles, s), f"profiles.{s}") for s in ("decode", "prefill", "encode")}
@@ -176,9 +176,7 @@ class DisaggProfileHandler(ProfileHandler):
 
     # -- deciders --------------------------------------------------------------------------
 
-    def _resolve_decider(self, handle, name: str, field: str) -> PDDecider:
-        if handle is None:
-            raise ValueError(f"parameters.{field}: {name!r} can not be resolved without the other plugins")
+    def _resolve_decider(self, handle: PluginHandle, name: str, field: str) -> PDDecider:
         try:
             plugin = handle.plugin(name)
         except KeyError:
@@ -190,7 +188,7 @@ class DisaggProfileHandler(ProfileHandler):
             )
         return plugin
 
-    def _default_decider(self, handle, stage: str) -> PDDecider | None:
+    def _default_decider(self, handle: PluginHandle, stage: str) -> PDDecider | None:
         """The decider of a stage no parameter names one for: `threshold`'s for prefill, else none."""
         if stage == "prefill" and self.params.threshold is not None:
             return self.threshold_decider(self.params.threshold)

@@ -13,7 +13,7 @@ written. It is `disagg-profile-handler` with pd-profile-handler's parameters and
 
 from __future__ import annotations
 
-from scheduler.interfaces import PDDecider
+from scheduler.interfaces import PDDecider, PluginHandle
 from scheduler.plugins.handlers.disagg import DisaggProfileHandler
 from scheduler.registry import register
 
@@ -24,10 +24,10 @@ DEFAULT_DECIDER_PLUGIN = "prefix-based-pd-decider"
 class PdProfileHandler(DisaggProfileHandler):
     type_name = "pd-profile-handler"
 
-    def _default_decider(self, handle, stage: str) -> PDDecider | None:
+    def _default_decider(self, handle: PluginHandle, stage: str) -> PDDecider | None:
         if stage != "prefill":
             return None
         threshold = self.params.threshold
-        if threshold is None and handle is not None and DEFAULT_DECIDER_PLUGIN in handle.plugin_names():
+        if threshold is None and DEFAULT_DECIDER_PLUGIN in handle.plugin_names():
             return self._resolve_decider(handle, DEFAULT_DECIDER_PLUGIN, "deciderPluginName")
         return self.threshold_decider(threshold or 0)

@@ -7,7 +7,7 @@ import random
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Parameters, Picker
+from scheduler.interfaces import Parameters, Picker, PluginHandle
 from scheduler.registry import register
 from scheduler.types import ProfileRunResult, ScoredEndpoint
 
@@ -21,7 +21,7 @@ class MaxScorePicker(Picker):
     type_name = "max-score-picker"
     Parameters = PickerParameters
 
-    def setup(self, handle) -> None:
+    def setup(self, handle: PluginHandle) -> None:
         self.rng = random.Random()
 
     def pick(self, cycle_state: CycleState, scored: list[ScoredEndpoint]) -> ProfileRunResult:

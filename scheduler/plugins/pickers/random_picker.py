@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Picker
+from scheduler.interfaces import Picker, PluginHandle
 from scheduler.plugins.pickers.max_score import PickerParameters
 from scheduler.registry import register
 from scheduler.types import ProfileRunResult, ScoredEndpoint
@@ -16,7 +16,7 @@ class RandomPicker(Picker):
     type_name = "random-picker"
     Parameters = PickerParameters
 
-    def setup(self, handle) -> None:
+    def setup(self, handle: PluginHandle) -> None:
         self.rng = random.Random()
 
     def pick(self, cycle_state: CycleState, scored: list[ScoredEndpoint]) -> ProfileRunResult:

@@ -15,7 +15,7 @@ from pydantic import BeforeValidator, Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
-from scheduler.interfaces import Parameters, PreRequest, ResponseComplete, Scorer, ScorerCategory
+from scheduler.interfaces import Parameters, PluginHandle, PreRequest, ResponseComplete, Scorer, ScorerCategory
 from scheduler.plugins.support.inflight import InFlightLedger, LedgerClock
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
@@ -36,7 +36,7 @@ class ActiveRequestScorer(LedgerClock, Scorer, PreRequest, ResponseComplete):
     category = ScorerCategory.DISTRIBUTION
     Parameters = ActiveRequestParameters
 
-    def setup(self, handle) -> None:
+    def setup(self, handle: PluginHandle) -> None:
         self.timeout = self.params.request_timeout
         self.ledger = InFlightLedger(self.timeout)
 

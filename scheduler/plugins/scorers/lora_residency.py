@@ -52,7 +52,7 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
-from scheduler.interfaces import Parameters, PreRequest, Scorer, ScorerCategory
+from scheduler.interfaces import Parameters, PluginHandle, PreRequest, Scorer, ScorerCategory
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, Metrics, SchedulingResult
 
@@ -85,7 +85,7 @@ class LoraResidencyScorer(Scorer, PreRequest):
     category = ScorerCategory.AFFINITY
     Parameters = LoraResidencyParameters
 
-    def setup(self, handle) -> None:
+    def setup(self, handle: PluginHandle) -> None:
         self.clock: Callable[[], float] = time.monotonic
         self._lock = threading.Lock()
         # endpoint name -> model -> when this scheduler last sent it there (least recent first).

@@ -19,7 +19,7 @@ from operator import attrgetter
 from pydantic import Field, ValidationInfo, field_validator
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Parameters, PreRequest, Scorer, ScorerCategory
+from scheduler.interfaces import Parameters, PluginHandle, PreRequest, Scorer, ScorerCategory
 from scheduler.plugins.support.prefix import (
     DEFAULT_BLOCK_SIZE_TOKENS,
     DEFAULT_LRU_CAPACITY_PER_SERVER,
@@ -73,7 +73,7 @@ class PrefixCacheScorer(Scorer, PreRequest):
     category = ScorerCategory.AFFINITY
     Parameters = PrefixCacheParameters
 
-    def setup(self, handle) -> None:
+    def setup(self, handle: PluginHandle) -> None:
         p: PrefixCacheParameters = self.params
         self.auto_tune = p.auto_tune
         self.default_block_size_tokens = p.block_size_tokens or DEFAULT_BLOCK_SIZE_TOKENS

@@ -15,7 +15,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 
 from scheduler.duration import duration_seconds
-from scheduler.interfaces import Parameters, PreRequest, ResponseComplete, ResponseFirstToken
+from scheduler.interfaces import Parameters, PluginHandle, PreRequest, ResponseComplete, ResponseFirstToken
 from scheduler.plugins.support.inflight import InFlightLedger, LedgerClock
 from scheduler.plugins.support.prefix.hashing import AVERAGE_CHARS_PER_TOKEN
 from scheduler.plugins.support.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
@@ -52,7 +52,7 @@ def prefill_target(result: SchedulingResult) -> Endpoint | None:
 class PrefillLedger(LedgerClock, PreRequest, ResponseFirstToken, ResponseComplete):
     """Mixin: the hooks that keep `self.ledger`; `backlog()` reads it."""
 
-    def setup(self, handle) -> None:
+    def setup(self, handle: PluginHandle) -> None:
         self.ledger = InFlightLedger(self.params.request_timeout)
 
     def backlog(self) -> dict[str, int]:
