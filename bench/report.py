@@ -121,6 +121,16 @@ def markdown(result: dict[str, Any], png_name: str | None = None) -> str:
 
 
 def write_plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = plot_figure(result)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # "tight" keeps the legend below the panels
+    plt.close(fig)
+
+
+def plot_figure(result: dict[str, Any]) -> Any:
+    """TTFT p90 and output throughput against the request rate, one line per policy. The legend
+    sits below both panels, outside the axes, so it never hides a data point."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,8 +159,10 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
     ax_t.set_title("Time to first token, p90 (lower is better)")
     ax_x.set_ylabel("output tokens/s")
     ax_x.set_title("Output throughput (higher is better)")
-    ax_x.legend(loc="upper left", fontsize=8)
     fig.suptitle(f"{result['title']} — {result['pods']} pods, {result['driver']}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    handles, labels = ax_x.get_legend_handles_labels()
+    rows = math.ceil(len(labels) / 6)  # at most 6 to a row, the rows evenly filled
+    ncol = max(1, math.ceil(len(labels) / max(rows, 1)))
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, fontsize=8, frameon=False)
+    return fig

@@ -66,6 +66,24 @@ def test_a_sweep_writes_json_markdown_and_png(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
 
 
+def test_the_plot_legend_lies_outside_both_panels():
+    from bench.report import plot_figure
+
+    runs = [
+        {"policy": p, "rate": rate, "metrics": {"ttft_ms": {"p90": 10.0 * rate + k}, "output_throughput": 100.0 * rate}}
+        for k, p in enumerate(("epp-default", "round-robin", "least-queue"))
+        for rate in (1.0, 2.0, 3.0)
+    ]
+    result = {"title": "T", "pods": 2, "driver": "cluster-sim", "capacity": {"request_rate": 2.0}, "runs": runs}
+    fig = plot_figure(result)
+    fig.canvas.draw()
+    assert all(ax.get_legend() is None for ax in fig.axes)  # no legend inside a panel
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["epp-default", "round-robin", "least-queue"]
+    box = legend.get_window_extent()
+    assert all(not box.overlaps(ax.get_window_extent()) for ax in fig.axes)
+
+
 def test_markdown_has_a_priority_table_when_priorities_are_mixed():
     result = fake_result({"epp-default": {}, "round-robin": {}})
     result["runs"][0]["metrics"]["by_priority"] = {
