@@ -1,20 +1,41 @@
 """The data the scheduler works on: endpoints with their metrics, requests, and results.
 
-Slotted dataclasses: they are built and read on every request."""
+Slotted dataclasses: they are built and read on every request. `Metrics`, `Endpoint` and
+`LLMRequest` are the public API's input: each checks its fields where they enter (scheduler/
+normalise.py), converting a value of another usable type (a list of model names, a mapping for
+labels) and raising TypeError / ValueError for the rest, at the cost of a type check per field."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.errors import ErrorCode, SchedulingError
+from scheduler.normalise import (
+    model_counts,
+    names,
+    plain_dict,
+    real_number,
+    text,
+    text_map,
+    whole_number,
+)
+
+_METRIC_COUNTS = (
+    "waiting_queue_size", "running_requests_size", "max_active_models", "cache_block_size", "cache_num_blocks",
+)  # fmt: skip
+_METRIC_REALS = ("kv_cache_usage_percent", "update_time")
 
 
 @dataclass(slots=True)
 class Metrics:
-    """A model server's state as the last scrape saw it (GIE's datalayer Metrics)."""
+    """A model server's state as the last scrape saw it (GIE's datalayer Metrics).
+
+    `active_models` / `waiting_models` map adapter names to counts; any iterable of names is
+    accepted too (each counted 0)."""
 
     waiting_queue_size: int = 0
     running_requests_size: int = 0
@@ -26,19 +47,28 @@ class Metrics:
     cache_num_blocks: int = 0
     update_time: float = 0.0
 
+    def __post_init__(self) -> None:
+        if type(self.active_models) is not dict:
+            self.active_models = model_counts("Metrics.active_models", self.active_models)
+        if type(self.waiting_models) is not dict:
+            self.waiting_models = model_counts("Metrics.waiting_models", self.waiting_models)
+        for name in _METRIC_COUNTS:
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                setattr(self, name, whole_number(f"Metrics.{name}", value))
+        for name in _METRIC_REALS:
+            value = getattr(self, name)
+            if type(value) is not float or not value >= 0.0:  # also catches NaN
+                setattr(self, name, real_number(f"Metrics.{name}", value))
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Metrics:
-        def as_models(value: Any) -> dict[str, int]:
-            if isinstance(value, dict):
-                return {str(k): int(v) for k, v in value.items()}
-            return {str(m): 0 for m in value or ()}
-
         return cls(
             waiting_queue_size=int(data.get("waiting_queue_size", 0)),
             running_requests_size=int(data.get("running_requests_size", 0)),
             kv_cache_usage_percent=float(data.get("kv_cache_usage_percent", 0.0)),
-            active_models=as_models(data.get("active_models")),
-            waiting_models=as_models(data.get("waiting_models")),
+            active_models=data.get("active_models"),  # type: ignore[arg-type]  (normalised on entry)
+            waiting_models=data.get("waiting_models"),  # type: ignore[arg-type]
             max_active_models=int(data.get("max_active_models", 0)),
             cache_block_size=int(data.get("cache_block_size", 0)),
             cache_num_blocks=int(data.get("cache_num_blocks", data.get("cache_num_gpu_blocks", 0))),
@@ -73,6 +103,24 @@ class Endpoint:
     labels: dict[str, str] = field(default_factory=dict)
     metrics: Metrics = field(default_factory=Metrics)
     attributes: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if type(self.name) is not str or not self.name:
+            self.name = text("Endpoint.name", self.name, empty=False)
+        if type(self.address) is not str:
+            self.address = text("Endpoint.address", self.address)
+        if type(self.port) is not int or not 0 < self.port < 65536:
+            self.port = whole_number("Endpoint.port", self.port, minimum=1)
+            if self.port > 65535:
+                raise ValueError(f"Endpoint.port must be <= 65535, got {self.port}")
+        if type(self.labels) is not dict:
+            self.labels = text_map("Endpoint.labels", self.labels)
+        if type(self.metrics) is not Metrics and not isinstance(self.metrics, Metrics):
+            if not isinstance(self.metrics, Mapping):
+                raise TypeError(f"Endpoint.metrics must be a Metrics (or its JSON form), got {self.metrics!r}")
+            self.metrics = Metrics.from_json(dict(self.metrics))
+        if type(self.attributes) is not dict:
+            self.attributes = plain_dict("Endpoint.attributes", self.attributes)
 
     @property
     def host_port(self) -> str:
@@ -125,6 +173,24 @@ class LLMRequest:
     # Endpoints this request must not go to (e.g. one that just failed it, when retrying).
     excluded_endpoints: frozenset[str] = frozenset()
     memo: dict[Any, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if type(self.request_id) is not str:
+            self.request_id = text("LLMRequest.request_id", self.request_id)
+        if type(self.target_model) is not str or not self.target_model:
+            self.target_model = text("LLMRequest.target_model", self.target_model, empty=False)
+        if type(self.body) is not dict:
+            self.body = plain_dict("LLMRequest.body", self.body)
+        if type(self.headers) is not dict:
+            self.headers = text_map("LLMRequest.headers", self.headers)
+        if type(self.priority) is not int:
+            self.priority = whole_number("LLMRequest.priority", self.priority, minimum=None)
+        if type(self.received_at) is not float:
+            self.received_at = real_number("LLMRequest.received_at", self.received_at, minimum=None)
+        if type(self.excluded_endpoints) is not frozenset:
+            self.excluded_endpoints = names("LLMRequest.excluded_endpoints", self.excluded_endpoints)
+        if type(self.memo) is not dict:
+            self.memo = plain_dict("LLMRequest.memo", self.memo)
 
     @property
     def sheddable(self) -> bool:

@@ -6,11 +6,8 @@ from scheduler import CycleState, Endpoint, LLMRequest, Metrics
 
 
 def endpoint(name: str, labels: dict[str, str] | None = None, **metrics) -> Endpoint:
-    """An endpoint with the given Metrics fields, e.g. endpoint("pod1", waiting_queue_size=3)."""
-    if "active_models" in metrics and not isinstance(metrics["active_models"], dict):
-        metrics["active_models"] = dict.fromkeys(metrics["active_models"], 0)
-    if "waiting_models" in metrics and not isinstance(metrics["waiting_models"], dict):
-        metrics["waiting_models"] = dict.fromkeys(metrics["waiting_models"], 0)
+    """An endpoint with the given Metrics fields, e.g. endpoint("pod1", waiting_queue_size=3)
+    (model lists are given as lists: Metrics takes any iterable of names)."""
     return Endpoint(name=name, labels=labels or {}, metrics=Metrics(**metrics))
 
 

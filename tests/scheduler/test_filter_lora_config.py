@@ -58,15 +58,15 @@ def pod(name, q, kv, active=(), max_active=2, **extra):
             id="everything saturated: fail open, affinity decides",
         ),
         pytest.param(
-            [pod("stale", 0, 0.0, ["lora-1"], update_time=1.0), pod("fresh", 1, 0.2, ["x"], update_time=-1)],
+            [pod("stale", 0, 0.0, ["lora-1"], update_time=1.0), pod("fresh", 1, 0.2, ["x"], update_time=1.0)],
             "fresh",
             id="stale metrics: the endpoint is avoided",
         ),
     ],
 )
 def test_lora_config(pods, want):
-    for p in pods:  # -1 marks "scraped just now"
-        if p.metrics.update_time == -1:
+    for p in pods:  # the pod named "fresh" was scraped just now
+        if p.name == "fresh":
             p.metrics.update_time = time.time()
     sched = Scheduler.from_config(load_config_file(CONFIG))
     assert sched.schedule(request(model="lora-1"), pods).target.name == want
