@@ -23,7 +23,13 @@ from scheduler.interfaces import PluginHandle
 from scheduler.plugins.deciders.always_disagg import AlwaysDisaggPDDecider
 from scheduler.plugins.deciders.multimodal import AlwaysDisaggMultimodalDecider
 from scheduler.plugins.deciders.prefix_based import PrefixBasedPDDecider, PrefixBasedPDDeciderParameters
-from scheduler.plugins.handlers.disagg import DISAGG_DECISION_KEY, DisaggProfileHandler, decision_type
+from scheduler.plugins.handlers.disagg import (
+    DISAGG_DECISION_KEY,
+    DisaggProfileHandler,
+    DisaggProfileHandlerParameters,
+    Named,
+    decision_type,
+)
 from scheduler.plugins.handlers.pd_profile import PdProfileHandler
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.registry import plugin_class
@@ -232,6 +238,35 @@ def test_flat_params_resolve_like_nested():
     stages = {s.name: s for s in h.stages}
     assert stages["prefill"].decider.type_name == "prefix-based-pd-decider"
     assert stages["encode"].decider.type_name == "always-disagg-multimodal-decider"
+
+
+@pytest.mark.parametrize(
+    ("params", "fields"),
+    [
+        pytest.param(
+            {"profiles": {"decode": "d", "prefill": "p"}, "deciders": {"prefill": "x"}},
+            ("profiles.decode", "profiles.prefill", "deciders.prefill"),
+            id="nested",
+        ),
+        pytest.param(
+            {"decodeProfile": "d", "prefillProfile": "p", "prefillDeciderPluginName": "x"},
+            ("decodeProfile", "prefillProfile", "prefillDeciderPluginName"),
+            id="flat",
+        ),
+        pytest.param(
+            {"decodeProfile": "d", "prefillProfile": "p", "deciderPluginName": "x", "hashBlockSize": 16},
+            ("decodeProfile", "prefillProfile", "deciderPluginName"),
+            id="pd-profile-handler's",
+        ),
+    ],
+)
+def test_the_three_parameter_shapes_normalise_alike(params, fields):
+    p = DisaggProfileHandlerParameters.model_validate(params)
+    decode_field, prefill_field, decider_field = fields
+    assert p.profile("decode") == Named("d", decode_field)
+    assert p.profile("prefill") == Named("p", prefill_field)
+    assert p.decider("prefill") == Named("x", decider_field)
+    assert p.profile("encode") == Named() and p.decider("encode") == Named()
 
 
 def test_defaults_and_empty_strings():

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from scheduler.cycle_state import CycleState, profile_failure
 from scheduler.errors import ErrorCode, SchedulingError
@@ -81,8 +81,21 @@ class StageDeciders(Parameters):
     encode: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Named:
+    """A profile or decider name as the parameters give it, and the parameter that gave it (for
+    errors); both "" when not set."""
+
+    name: str = ""
+    field: str = ""
+
+
 class DisaggProfileHandlerParameters(Parameters):
-    """An empty string means "not set", as Go's zero value in llm-d."""
+    """An empty string means "not set", as Go's zero value in llm-d.
+
+    Three shapes are accepted (nested, llm-d's deprecated flat names, pd-profile-handler's); one
+    validator checks they are not mixed and normalises them: `profile(stage)` and `decider(stage)`
+    are what the handler reads, whichever shape was written."""
 
     profiles: StageProfiles = Field(default_factory=StageProfiles)
     deciders: StageDeciders = Field(default_factory=StageDeciders)
@@ -100,10 +113,14 @@ class DisaggProfileHandlerParameters(Parameters):
     prefix_plugin_name: str = Field(default="", alias="prefixPluginName")
     primary_port: int = Field(default=0, alias="primaryPort", ge=0, le=65535)
 
+    _profiles: dict[str, Named] = PrivateAttr(default_factory=dict)
+    _deciders: dict[str, Named] = PrivateAttr(default_factory=dict)
+
     @model_validator(mode="after")
-    def _one_format(self) -> DisaggProfileHandlerParameters:
+    def _normalise(self) -> DisaggProfileHandlerParameters:
         flat = [alias for field, alias in _FLAT_FIELDS.items() if getattr(self, field)]
-        if flat and self.uses_nested():
+        nested = self.profiles != StageProfiles() or self.deciders != StageDeciders()
+        if flat and nested:
             raise ValueError(
                 f"cannot mix the deprecated flat parameters {flat} with the nested 'profiles'/'deciders'; "
                 "use one format or the other"
@@ -112,10 +129,33 @@ class DisaggProfileHandlerParameters(Parameters):
             self.deciders.prefill or self.prefill_decider_plugin_name or self.decider_plugin_name
         ):
             raise ValueError("'threshold' builds the prefill decider; it can not be combined with a named one")
+        if nested:
+            profiles = {s: (getattr(self.profiles, s), f"profiles.{s}") for s in ("decode", "prefill", "encode")}
+            deciders = {s: (getattr(self.deciders, s), f"deciders.{s}") for s in ("prefill", "encode")}
+        else:
+            profiles = {
+                "decode": (self.decode_profile, "decodeProfile"),
+                "prefill": (self.prefill_profile, "prefillProfile"),
+                "encode": (self.encode_profile, "encodeProfile"),
+            }
+            deciders = {
+                # llm-d: deciderPluginName (pd-profile-handler's name) is the lower-priority alias.
+                "prefill": (self.prefill_decider_plugin_name, "prefillDeciderPluginName")
+                if self.prefill_decider_plugin_name
+                else (self.decider_plugin_name, "deciderPluginName"),
+                "encode": (self.encode_decider_plugin_name, "encodeDeciderPluginName"),
+            }
+        self._profiles = {s: Named(n, f if n else "") for s, (n, f) in profiles.items()}
+        self._deciders = {s: Named(n, f if n else "") for s, (n, f) in deciders.items()}
         return self
 
-    def uses_nested(self) -> bool:
-        return self.profiles != StageProfiles() or self.deciders != StageDeciders()
+    def profile(self, stage: str) -> Named:
+        """The profile named for `stage` ("decode", "prefill", "encode"), or Named() if none is."""
+        return self._profiles[stage]
+
+    def decider(self, stage: str) -> Named:
+        """The decider plugin named for `stage` ("prefill", "encode"), or Named() if none is."""
+        return self._deciders[stage]
 
 
 @dataclass(slots=True)
@@ -136,41 +176,21 @@ class DisaggProfileHandler(ProfileHandler):
 
     def setup(self, handle: PluginHandle) -> None:
         p: DisaggProfileHandlerParameters = self.params
-        if p.uses_nested():
-            profiles = {s: (getattr(p.profiles, s), f"profiles.{s}") for s in ("decode", "prefill", "encode")}
-            prefill_decider = (p.deciders.prefill, "deciders.prefill")
-            encode_decider = (p.deciders.encode, "deciders.encode")
-        else:
-            profiles = {
-                "decode": (p.decode_profile, "decodeProfile"),
-                "prefill": (p.prefill_profile, "prefillProfile"),
-                "encode": (p.encode_profile, "encodeProfile"),
-            }
-            # llm-d: deciderPluginName (pd-profile-handler's name) is the lower-priority alias.
-            prefill_decider = (
-                (p.prefill_decider_plugin_name, "prefillDeciderPluginName")
-                if p.prefill_decider_plugin_name
-                else (p.decider_plugin_name, "deciderPluginName")
-            )
-            encode_decider = (p.encode_decider_plugin_name, "encodeDeciderPluginName")
-        decode_name, decode_field = profiles["decode"]
-        self.decode_profile = decode_name or DEFAULT_DECODE_PROFILE
-        self._decode_field = decode_field if decode_name else ""
+        decode = p.profile("decode")
+        self.decode_profile = decode.name or DEFAULT_DECODE_PROFILE
+        self._decode_field = decode.field
 
-        def stage(name: str, default_profile: str, decider: tuple[str, str]) -> Stage:
-            profile, field = profiles[name]
-            decider_name, decider_field = decider
-            if decider_name:
-                resolved: PDDecider | None = self._resolve_decider(handle, decider_name, decider_field)
-            else:
-                resolved, decider_field = self._default_decider(handle, name), ""
-            return Stage(name, profile or default_profile, field if profile else "", resolved, decider_field)
+        def stage(name: str, default_profile: str) -> Stage:
+            profile, decider = p.profile(name), p.decider(name)
+            resolved: PDDecider | None = (
+                self._resolve_decider(handle, decider.name, decider.field)
+                if decider.name
+                else self._default_decider(handle, name)
+            )
+            return Stage(name, profile.name or default_profile, profile.field, resolved, decider.field)
 
         # The order in which stages are considered once decode has its endpoint (llm-d's).
-        self.stages = (
-            stage("encode", DEFAULT_ENCODE_PROFILE, encode_decider),
-            stage("prefill", DEFAULT_PREFILL_PROFILE, prefill_decider),
-        )
+        self.stages = (stage("encode", DEFAULT_ENCODE_PROFILE), stage("prefill", DEFAULT_PREFILL_PROFILE))
         self.prefill_profile = self.stages[1].profile
         self.encode_profile = self.stages[0].profile
 
