@@ -3,9 +3,10 @@
 Orchestrated mode: a non-streaming prefill request (max_tokens 1, kv_transfer_params asking for
 remote decode) goes to the prefill pod; the kv_transfer_params it returns go with the original
 request to the decode pod, whose answer streams to the client. A failed prefill falls back to
-decode-only (seed 003) unless settings say otherwise. Sidecar mode only names the prefill pod in
-`x-prefiller-host-port`. Either way the prefill target is a pod the scheduler chose from the
-datastore: a client can never name one (the header is stripped on the way in)."""
+decode-only (a request does not fail because its prefill did, as in llm-d) unless settings say
+otherwise. Sidecar mode only names the prefill pod in `x-prefiller-host-port`. Either way the
+prefill target is a pod the scheduler chose from the datastore: a client can never name one (the
+header is stripped on the way in)."""
 
 from __future__ import annotations
 
