@@ -27,12 +27,12 @@ _HTTP_STATUS = {
     ErrorCode.SERVICE_UNAVAILABLE: 503,
 }
 
-# The seed's name for the 429 code is accepted wherever a code is parsed.
+# GIE's original name for the 429 code (pkg/epp/util/error at a70d66e5) is accepted wherever a code is parsed.
 _ALIASES = {"InferencePoolResourceExhausted": ErrorCode.RESOURCE_EXHAUSTED}
 
 
 def parse_error_code(text: str) -> ErrorCode:
-    """Map a code name (GIE's or the seed's alias) to an ErrorCode."""
+    """Map a code name (GIE's, or its original alias) to an ErrorCode."""
     if text in _ALIASES:
         return _ALIASES[text]
     return ErrorCode(text)

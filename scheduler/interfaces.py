@@ -99,7 +99,8 @@ class Picker(Plugin):
 
 
 class ProfileHandler(Plugin):
-    """Decides which profiles run in each round and joins their results (seeds 000 and 003).
+    """Decides which profiles run in each round and joins their results (GIE's multi-cycle
+    scheduler: PR #862, 5bc74258, and PR #1013, e29fa4b2, pkg/epp/scheduling/scheduler.go).
 
     `profiles` maps names to profile handles that are opaque to the handler: in-process they are
     `SchedulerProfile`s, in the Ray path references to profile actors."""

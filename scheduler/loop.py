@@ -1,4 +1,7 @@
-"""The multi-cycle scheduling loop (seeds 000 and 003), written once for both execution paths.
+"""The multi-cycle scheduling loop, written once for both execution paths (GIE's: the handler picks
+profiles round after round until it picks none, then joins their results; a profile that ran and
+failed keeps its entry as None; pkg/epp/scheduling/scheduler.go, PR #862 at 5bc74258 and PR #1013
+at e29fa4b2).
 
 `schedule_cycles` is a coroutine that takes a pluggable "run these profiles" step. In-process the
 step runs the profiles in turn and never suspends, so `run_sync` drives the coroutine to its end

@@ -90,7 +90,8 @@ def run_profile(
     trace: SchedulingTrace | None = None,
     timer: PluginTimer | None = None,
 ) -> ProfileRunResult | None:
-    """Run one profile; its failure becomes None (seed 003) and is recorded in the trace."""
+    """Run one profile; its failure becomes None (a failed profile keeps its entry, as
+    None: GIE PR #1013) and is recorded in the trace."""
     profile_trace = ProfileTrace(profile.name) if trace is not None else None
     try:
         return profile.run(request, cycle_state, endpoints, profile_trace, timer)

@@ -293,7 +293,8 @@ class ProfileRunResult:
 
 @dataclass(slots=True)
 class SchedulingResult:
-    """The result of all profiles; a profile that ran and failed maps to None (seed 003).
+    """The result of all profiles; a profile that ran and failed maps to None (GIE PR #1013:
+    the entry stays, with no result).
 
     `prefill_profile_name` names the profile whose target runs the prompt's prefill in P/D (set by
     the disagg handler, whose profile names are configurable); None means no prefill stage, and

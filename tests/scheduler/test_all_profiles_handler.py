@@ -1,5 +1,6 @@
-"""all-profiles-handler (seed 000): every profile in one round; the primary is the configured one,
-else the first that succeeded; the request fails only when every profile failed."""
+"""all-profiles-handler (GIE PR #862's all-profiles picker): every profile in one round; the primary
+is the configured one, else the first that succeeded; the request fails only when every profile
+failed."""
 
 import pytest
 

@@ -1,5 +1,5 @@
-"""decision-tree-filter: the seed's filter-chain semantics (legacy filter.go's filter.Filter and
-TestFilter) and GIE's DecisionTreeFilterFactory cases (filter_test.go), through load_config."""
+"""decision-tree-filter: the filter-chain semantics of GIE's original filter.go (filter.Filter and
+TestFilter, at a70d66e5) and GIE's DecisionTreeFilterFactory cases (filter_test.go), through load_config."""
 
 import json
 

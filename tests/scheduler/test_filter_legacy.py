@@ -1,6 +1,7 @@
-"""The seed's leaf filters as plugins: least-queue, least-kv-cache, low-queue, has-capacity,
-lora-affinity, critical-request, drop-request. Cases from GIE's legacy scheduling/filter_test.go
-(TestFilterFunc, TestLoRASoftAffinityDistribution) plus the boundaries the Go code implies."""
+"""The leaf filters of GIE's original filter tree (filter.go at a70d66e5) as plugins: least-queue,
+least-kv-cache, low-queue, has-capacity, lora-affinity, critical-request, drop-request. Cases from
+GIE's legacy scheduling/filter_test.go (TestFilterFunc, TestLoRASoftAffinityDistribution) plus the
+boundaries the Go code implies."""
 
 from types import SimpleNamespace
 
@@ -233,7 +234,7 @@ def test_lora_affinity_parameters():
         (0, 1, True),  # Critical
         (0, 0, True),  # Standard: not sheddable, so critical by default
         (0, -1, False),  # Sheddable
-        (1, 0, False),  # the seed's strict reading: only Critical
+        (1, 0, False),  # the original tree's strict reading: only Critical
         (1, 1, True),
         (1, 5, True),
     ],

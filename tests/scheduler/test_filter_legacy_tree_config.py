@@ -1,6 +1,7 @@
 """configs/legacy-filter-tree.yaml through Scheduler.from_config(load_config(text)) behaves as the
-seed-002 scheduler: its TestFilter / TestSchedule scenarios, hand-worked paths through every branch,
-and agreement with a direct transcription of the seed on random pools."""
+original GIE scheduler (pkg/epp/scheduling/scheduler.go and filter.go at a70d66e5): its TestFilter / TestSchedule
+scenarios, hand-worked paths through every branch, and agreement with a direct transcription of
+that Go filter tree on random pools."""
 
 import random
 from collections import Counter
@@ -29,8 +30,8 @@ def pod(name, q, kv, active=(), max_active=2):
     )
 
 
-# The seed's TestFilter / TestSchedule pools.
-SEED_POOL = [
+# GIE's TestFilter (pkg/epp/scheduling/filter_test.go at a70d66e5) / TestSchedule (scheduler_test.go at 264ee45a) pools.
+GIE_POOL = [
     pod("pod1", 0, 0.2, ["foo", "bar"]),
     pod("pod2", 3, 0.1, ["foo", "critical"]),
     pod("pod3", 10, 0.2, ["foo"]),
@@ -50,12 +51,12 @@ SPARE_POOL = [
 
 SCENARIOS = [
     pytest.param(
-        "critical", CRITICAL, SEED_POOL, AFFINITY, ["pod2"], id="seed: critical request -> low queue, adapter, low KV"
+        "critical", CRITICAL, GIE_POOL, AFFINITY, ["pod2"], id="GIE: critical request -> low queue, adapter, low KV"
     ),
     pytest.param(
-        "critical", CRITICAL, SEED_POOL, AVAILABLE, ["pod3"], id="critical, the 0.1% draw: the pod with a free slot"
+        "critical", CRITICAL, GIE_POOL, AVAILABLE, ["pod3"], id="critical, the 0.1% draw: the pod with a free slot"
     ),
-    pytest.param("sheddable", SHEDDABLE, SEED_POOL, AFFINITY, ["pod1"], id="seed: sheddable request, accepted"),
+    pytest.param("sheddable", SHEDDABLE, GIE_POOL, AFFINITY, ["pod1"], id="GIE: sheddable request, accepted"),
     pytest.param(
         "m",
         CRITICAL,
@@ -117,14 +118,14 @@ def test_tree_scenarios(model, priority, pods, draw, want):
 @pytest.mark.parametrize(
     ("priority", "text"),
     [
-        pytest.param(SHEDDABLE, None, id="seed: sheddable request, dropped"),
+        pytest.param(SHEDDABLE, None, id="GIE: sheddable request, dropped"),
         pytest.param(
             STANDARD,
             CONFIG.read_text().replace(
                 "- name: critical-request\n  type: critical-request-filter\n",
                 "- name: critical-request\n  type: critical-request-filter\n  parameters: {minPriority: 1}\n",
             ),
-            id="minPriority 1 (the seed's strict reading): standard is dropped too",
+            id="minPriority 1 (the Go tree's strict reading): standard is dropped too",
         ),
     ],
 )
@@ -156,12 +157,12 @@ def test_final_pick_is_uniform_over_the_tree_output():
         assert abs(n / 6000 - 1 / 3) < 0.03
 
 
-# --- agreement with the seed on random pools ---------------------------------------------------
-# A transcription of seed 002's scheduler.go / filter.go as plain functions over (name, q, kv,
+# --- agreement with the Go filter tree on random pools ------------------------------------------
+# A transcription of GIE's scheduler.go / filter.go at a70d66e5 as plain functions over (name, q, kv,
 # adapters, max) tuples, written independently of the plugins.
 
 
-def _seed_band(pods, key, integral):
+def _go_band(pods, key, integral):
     if not pods:
         return []
     lo, hi = min(key(p) for p in pods), max([0, *(key(p) for p in pods)])
@@ -169,7 +170,7 @@ def _seed_band(pods, key, integral):
     return [p for p in pods if lo <= key(p) <= top]
 
 
-def _seed_lora(model, draw):
+def _go_lora(model, draw):
     def f(pods):
         aff = [p for p in pods if model in p[3]]
         avail = [p for p in pods if model not in p[3] and len(p[3]) < p[4]]
@@ -180,7 +181,7 @@ def _seed_lora(model, draw):
     return f
 
 
-def _seed_node(f, ok=None, fail=None, either=None):
+def _go_node(f, ok=None, fail=None, either=None):
     def run(pods):
         out = f(pods)
         nxt = (ok or either) if out else (fail or either)
@@ -191,22 +192,20 @@ def _seed_node(f, ok=None, fail=None, either=None):
     return run
 
 
-def seed_filter(critical, model, pods, draw):
-    least_q = lambda ps: _seed_band(ps, lambda p: p[1], True)  # noqa: E731
-    least_kv = lambda ps: _seed_band(ps, lambda p: p[2], False)  # noqa: E731
-    lora = _seed_lora(model, draw)
-    queue_kv = _seed_node(least_q, either=_seed_node(least_kv))
-    queue_lora_kv = _seed_node(least_q, either=_seed_node(lora, either=_seed_node(least_kv)))
-    low_latency = _seed_node(
-        lambda ps: [p for p in ps if p[1] < 128], ok=_seed_node(lora, either=queue_kv), fail=queue_lora_kv
+def go_filter(critical, model, pods, draw):
+    least_q = lambda ps: _go_band(ps, lambda p: p[1], True)  # noqa: E731
+    least_kv = lambda ps: _go_band(ps, lambda p: p[2], False)  # noqa: E731
+    lora = _go_lora(model, draw)
+    queue_kv = _go_node(least_q, either=_go_node(least_kv))
+    queue_lora_kv = _go_node(least_q, either=_go_node(lora, either=_go_node(least_kv)))
+    low_latency = _go_node(
+        lambda ps: [p for p in ps if p[1] < 128], ok=_go_node(lora, either=queue_kv), fail=queue_lora_kv
     )
-    sheddable = _seed_node(
-        lambda ps: [p for p in ps if p[1] <= 5 and p[2] <= 0.8], ok=queue_lora_kv, fail=lambda ps: []
-    )
-    return _seed_node(lambda ps: ps if critical else [], ok=low_latency, fail=sheddable)(pods)
+    sheddable = _go_node(lambda ps: [p for p in ps if p[1] <= 5 and p[2] <= 0.8], ok=queue_lora_kv, fail=lambda ps: [])
+    return _go_node(lambda ps: ps if critical else [], ok=low_latency, fail=sheddable)(pods)
 
 
-def test_agrees_with_the_seed_on_random_pools():
+def test_agrees_with_the_go_filter_tree_on_random_pools():
     rng = random.Random(2024)
     models = ["base", "a", "b", "c"]
     schedulers = {draw: scheduler(draw) for draw in (AFFINITY, AVAILABLE)}
@@ -223,7 +222,7 @@ def test_agrees_with_the_seed_on_random_pools():
         draw = rng.choice([AFFINITY, AVAILABLE])
         pods = [pod(n, q, kv, adapters, mx) for n, q, kv, adapters, mx in raw]
         sched = schedulers[draw]
-        want = [p[0] for p in seed_filter(priority == CRITICAL, model, raw, draw)]
+        want = [p[0] for p in go_filter(priority == CRITICAL, model, raw, draw)]
         assert (
             names(sched.plugins["legacy-filter-tree"].filter(fresh_state(), request(model, priority=priority), pods))
             == want

@@ -1,4 +1,4 @@
-"""The multi-cycle loop (seeds 000 and 003): a handler picks profiles over several rounds, a failed
+"""The multi-cycle loop (GIE PR #862 and PR #1013): a handler picks profiles over several rounds, a failed
 profile maps to None with its key present, a runaway handler is stopped, and the same coroutine
 runs without an event loop (run_sync) or awaited with profiles that really suspend (the Ray path)."""
 

@@ -384,7 +384,7 @@ def test_pick_asks_the_decider_once_and_about_the_decode_target():
             {DECODE: ["pod1"], ENCODE: ["pod2"], PREFILL: ["pod3"]},
             id="all three stages",
         ),
-        # llm-d drops a failed stage's entry; seed 003 keeps it as None.
+        # llm-d drops a failed stage's entry; GIE (PR #1013) keeps it as None.
         pytest.param(
             {DECODE: "pod1", ENCODE: None, PREFILL: "pod3"},
             {DECODE: ["pod1"], ENCODE: None, PREFILL: ["pod3"]},

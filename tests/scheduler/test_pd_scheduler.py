@@ -233,7 +233,7 @@ D = {"decode": ["endpoint2"]}
     ("prompt", "pods", "want", "want2"),
     [
         pytest.param("12345678901", [], "error", None, id="no candidate endpoints"),
-        # llm-d drops the failed prefill; seed 003 keeps it as None
+        # llm-d drops the failed prefill; GIE (PR #1013) keeps it as None
         pytest.param("12345678901", [ENDPOINT2], {**D, "prefill": None}, None, id="one decode endpoint, long prompt"),
         pytest.param("12345678901", [ENDPOINT1], "error", None, id="one prefill endpoint, long prompt"),
         pytest.param("12345678906", [ENDPOINT1, ENDPOINT2], PD, D, id="1P1D - long prompt"),

@@ -1,13 +1,14 @@
 """`critical-request-filter`: all endpoints for a critical request, none otherwise.
 
-The seed's criticalRequestPredicate, the root of its filter tree: in a `decision-tree-filter` a
-critical request continues on `nextOnSuccess`, any other on `nextOnFailure` with every endpoint.
+criticalRequestPredicate, the root of GIE's original filter tree (pkg/epp/scheduling/scheduler.go
+and filter.go at a70d66e5): in a `decision-tree-filter` a critical request continues on
+`nextOnSuccess`, any other on `nextOnFailure` with every endpoint.
 
-Which requests are critical: the seed had a boolean (InferenceModel criticality == Critical).
+Which requests are critical: that tree had a boolean (InferenceModel criticality == Critical).
 Requests here carry an integer priority (Critical 1, Standard 0, Sheddable -1) and, as in GIE
 today and DESIGN.md, only priority < 0 is sheddable. So by default a request is critical when
 priority >= 0 (`minPriority: 0`); set `minPriority: 1` to treat only Critical requests as critical,
-which is the seed's reading (Standard requests then take the sheddable branch)."""
+which is that tree's reading (Standard requests then take the sheddable branch)."""
 
 from __future__ import annotations
 

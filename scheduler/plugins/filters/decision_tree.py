@@ -1,5 +1,5 @@
-"""`decision-tree-filter`: filters chained as a flow chart (the seed's filter tree; GIE's
-DecisionTreeFilter).
+"""`decision-tree-filter`: filters chained as a flow chart (GIE's original filter tree,
+pkg/epp/scheduling/scheduler.go and filter.go at a70d66e5; later GIE's DecisionTreeFilter).
 
 Run `current`. If it kept some endpoints and there is a `nextOnSuccess` (or else a
 `nextOnSuccessOrFailure`), continue with the *kept* endpoints; if it kept none and there is a

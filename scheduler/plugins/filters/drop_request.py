@@ -1,8 +1,9 @@
 """`drop-request-filter`: remove every endpoint and fail the request with ResourceExhausted (429).
 
-The seed's "drop request" leaf: sheddable requests are dropped when no endpoint has capacity, to
-keep room for critical ones. The error goes to cycle_state under FILTER_FAILURE_KEY, which the
-profile raises instead of its generic "no endpoints" error."""
+The "drop request" leaf of GIE's original filter tree (pkg/epp/scheduling/scheduler.go and filter.go
+at a70d66e5): sheddable requests are dropped when no endpoint has capacity, to keep room for
+critical ones. The error goes to cycle_state under FILTER_FAILURE_KEY, which the profile raises
+instead of its generic "no endpoints" error."""
 
 from __future__ import annotations
 

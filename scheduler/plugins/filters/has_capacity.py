@@ -1,6 +1,7 @@
 """`has-capacity-filter`: keep endpoints with a short queue and KV cache below a threshold.
 
-The seed's noQueueAndLessThanKVCacheThresholdPredicate(queueThresholdCritical, kvCacheThreshold),
+noQueueAndLessThanKVCacheThresholdPredicate(queueThresholdCritical, kvCacheThreshold) of GIE's original
+filter tree (pkg/epp/scheduling/scheduler.go and filter.go at a70d66e5),
 which decides whether a sheddable request may run without hurting critical ones."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class HasCapacityParameters(Parameters):
 @register
 class HasCapacityFilter(Filter):
     """Keeps endpoints with waiting queue <= queueThreshold and KV usage <= kvCacheThreshold
-    (both inclusive, as in the seed)."""
+    (both inclusive, as in that predicate)."""
 
     type_name = "has-capacity-filter"
     Parameters = HasCapacityParameters

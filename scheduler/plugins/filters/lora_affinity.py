@@ -7,8 +7,9 @@ group is returned with probability `threshold` (0.999), else the available group
 adapter's load spreads beyond the servers that already hold it. Otherwise the non-empty group is
 returned; an empty result (no endpoint holds the adapter or has room) is the filter failing.
 
-The seed counted running and waiting adapters together (its ActiveModels held both) against
-max_lora; here they are separate sets, so their union is what is counted."""
+GIE's original filter tree (pkg/epp/scheduling/scheduler.go and filter.go at a70d66e5) counted
+running and waiting adapters together (its ActiveModels held both) against max_lora; here they are
+separate sets, so their union is what is counted."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from scheduler.types import Endpoint, LLMRequest
 
 
 class LoraAffinityParameters(Parameters):
-    # GIE's `threshold`; the seed's constant was loraAffinityThreshold.
+    # GIE's `threshold`; the original filter tree's constant loraAffinityThreshold.
     threshold: float = Field(default=0.999, ge=0.0, le=1.0)
 
 

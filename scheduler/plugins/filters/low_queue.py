@@ -11,15 +11,16 @@ from scheduler.types import Endpoint, LLMRequest
 
 
 class LowQueueParameters(Parameters):
-    # GIE's `threshold`; the seed's constant was queueingThresholdLoRA.
+    # GIE's `threshold`; the original filter tree's constant queueingThresholdLoRA.
     threshold: int = Field(default=128, ge=0)
 
 
 @register
 class LowQueueFilter(Filter):
-    """Keeps endpoints with waiting queue < threshold: the seed's lowQueueingPodPredicate.
+    """Keeps endpoints with waiting queue < threshold: lowQueueingPodPredicate of GIE's
+    original filter tree (pkg/epp/scheduling/scheduler.go and filter.go at a70d66e5).
 
-    GIE's later plugin of the same type kept queue <= threshold; the seed (a requirement here) is
+    GIE's later plugin of the same type kept queue <= threshold; the original predicate (kept here) is
     strict, so an endpoint with exactly `threshold` waiting requests is removed."""
 
     type_name = "low-queue-filter"

@@ -1,4 +1,5 @@
-"""`all-profiles-handler`: seed 000's profile picker that runs every profile in one round and
+"""`all-profiles-handler`: GIE's first profile picker (PR #862 at 5bc74258, pkg/epp/scheduling/framework/
+plugins/profile-picker/all_profiles_picker.go), which runs every profile in one round and
 returns every result keyed by profile; the request fails only when every profile failed."""
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """`disagg-profile-handler` (llm-d): prefill/decode (and encode) disaggregation as a multi-cycle
-profile handler (seeds 000 and 003).
+profile handler (GIE's multi-cycle scheduler, pkg/epp/scheduling/scheduler.go at e29fa4b2).
 
 Round 1 runs the decode profile. If it found no endpoint, no further stage runs and the request
 fails. Otherwise each optional stage, encode then prefill, asks its decider about the decode
 target (e.g. "is enough of this prompt uncached there?"); a yes runs that stage's profile in the
 next round, a no (or no decider configured) skips it. The result has decode as its primary
 profile, plus every stage that ran: a stage that ran and found no endpoint maps to None and the
-request is still served by decode alone (seed 003: no prefill pod is not an error).
+request is still served by decode alone (no prefill pod is not an error: GIE PR #1013, the reason
+ProcessResults decides whether a failed profile fails the request).
 
 Parameters, as llm-d writes them:
 
@@ -313,7 +314,7 @@ class DisaggProfileHandler(ProfileHandler):
             raise SchedulingError(cause.code, f"failed to find available decode workers: {cause.message}")
         joined: dict[str, ProfileRunResult | None] = {decode: decode_result}
         for stage in self.stages:
-            if stage.profile in results:  # a stage that ran and failed stays, as None (seed 003)
+            if stage.profile in results:  # a stage that ran and failed stays, as None (GIE PR #1013)
                 joined[stage.profile] = results[stage.profile]
         return SchedulingResult(joined, decode, prefill_profile_name=self.prefill_profile)
 

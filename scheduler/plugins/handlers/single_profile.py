@@ -1,4 +1,5 @@
-"""`single-profile-handler`: run the one profile once; its failure fails the request (seed 003)."""
+"""`single-profile-handler`: run the one profile once; its failure fails the request (GIE's
+single_profile_handler.go, pkg/epp/scheduling/framework/plugins/profile/ at e29fa4b2)."""
 
 from __future__ import annotations
 
