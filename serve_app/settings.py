@@ -33,7 +33,7 @@ class GatewaySettings(BaseModel):
     # only sets x-prefiller-host-port and forwards to the decode pod (llm-d's routing sidecar).
     pd_mode: Literal["orchestrated", "sidecar"] = "orchestrated"
     # A prefill step that fails (connection error, 5xx) is retried this many times on the same
-    # prefill pod, then the request is served decode-only ("decode-only", seed 003) or failed ("fail").
+    # prefill pod, then the request is served decode-only ("decode-only", as llm-d's sidecar does) or failed ("fail").
     pd_prefill_retries: int = Field(default=0, ge=0)
     pd_prefill_failure: Literal["decode-only", "fail"] = "decode-only"
 
