@@ -1,4 +1,5 @@
-"""Built-in plugins, one per file; importing this package registers them all by type name."""
+"""Built-in plugins, one per file under a folder per kind; importing this package registers them
+all by type name. `support/` holds helpers that several plugins share and no plugin."""
 
 import importlib
 import pkgutil
