@@ -9,7 +9,8 @@ in labels). Latencies are in the engine's model seconds (unaffected by --time-sc
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -76,9 +77,7 @@ class _EngineCollector(Collector):
             "Information of the LLMEngine CacheConfig",
             labels=["block_size", "num_gpu_blocks", "enable_prefix_caching", "cache_dtype"],
         )
-        cache.add_metric(
-            [str(e.block_size), str(e.kv.num_blocks), str(e.cfg.enable_prefix_caching), "auto"], 1.0
-        )
+        cache.add_metric([str(e.block_size), str(e.kv.num_blocks), str(e.cfg.enable_prefix_caching), "auto"], 1.0)
         yield cache
         yield counter(
             "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
@@ -105,22 +104,24 @@ class PodMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_EngineCollector(engine))
         lv = (engine.cfg.model, "0")
-        self.ttft = Histogram(
-            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-            LABELS, registry=self.registry, buckets=TTFT_BUCKETS,
-        ).labels(*lv)  # fmt: skip
-        self.e2e = Histogram(
-            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-            LABELS, registry=self.registry, buckets=LATENCY_BUCKETS,
-        ).labels(*lv)  # fmt: skip
-        self.queue = Histogram(
-            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-            LABELS, registry=self.registry, buckets=LATENCY_BUCKETS,
-        ).labels(*lv)  # fmt: skip
-        self.itl = Histogram(
-            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-            LABELS, registry=self.registry, buckets=ITL_BUCKETS,
-        ).labels(*lv)  # fmt: skip
+
+        def histogram(name: str, doc: str, buckets: Sequence[float]) -> Any:
+            return Histogram(name, doc, LABELS, registry=self.registry, buckets=buckets).labels(*lv)
+
+        self.ttft = histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+        )
+        self.e2e = histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS
+        )
+        self.queue = histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            LATENCY_BUCKETS,
+        )
+        self.itl = histogram(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS
+        )
 
     def observe(self, r: EngineRequest) -> None:
         """Record a finished request's latencies (one ITL sample per request: its mean)."""
