@@ -6,13 +6,16 @@ also listens on 127.0.0.1; a gateway replica on the same node sends its batches 
 length-prefixed pickles over one persistent connection (pipelined, answered by message id). Ray
 still owns the actor's life (placement, restarts) and the discovery: `channel_endpoint()` is an
 ordinary actor call that returns the port and a per-actor random token, which the client must
-present first, so no other local process can feed pickles to the actor. Anything unexpected
-(actor restarted, other node, connection lost) and the caller falls back to the Ray call."""
+present first (within HANDSHAKE_TIMEOUT_S, else the connection is dropped), so no other local
+process can feed pickles to the actor or hold its connections. Anything unexpected (actor
+restarted, other node, connection lost) and the caller falls back to the Ray call. A payload that
+can not be pickled fails that request alone (`Unsendable`); the connection stays up."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import itertools
 import pickle
 import secrets
@@ -22,6 +25,11 @@ from typing import Any
 
 _HEADER = struct.Struct("!I")
 MAX_FRAME = 256 * 1024 * 1024
+HANDSHAKE_TIMEOUT_S = 5.0
+
+
+class Unsendable(ValueError):
+    """The payload could not be pickled: nothing was sent, the channel is intact."""
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:
@@ -52,7 +60,9 @@ class ChannelServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            if await reader.readexactly(len(self.token)) != self.token:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                presented = await reader.readexactly(len(self.token))
+            if not hmac.compare_digest(presented, self.token):
                 return
             while True:
                 msg_id, payload = pickle.loads(await _read_frame(reader))
@@ -60,8 +70,12 @@ class ChannelServer:
                     answer = (msg_id, True, await self._handler(payload))
                 except Exception as err:  # the caller gets the error, the connection lives on
                     answer = (msg_id, False, err)
-                writer.write(_frame(answer))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                try:
+                    frame = _frame(answer)
+                except Exception as err:  # e.g. an answer nested too deep to pickle: that call fails
+                    frame = _frame((msg_id, False, Unsendable(f"answer could not be pickled: {err!r}"[:500])))
+                writer.write(frame)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, TimeoutError):
             pass
         finally:
             writer.close()
@@ -116,9 +130,13 @@ class ChannelClient:
         if self.closed or self._writer is None:
             raise ConnectionError("profile actor channel is closed")
         msg_id = next(self._ids)
+        try:
+            frame = _frame((msg_id, payload))
+        except Exception as err:  # RecursionError, PicklingError, TypeError: this payload's fault
+            raise Unsendable(f"request could not be pickled: {err!r}"[:500]) from None
         fut = asyncio.get_running_loop().create_future()
         self._waiting[msg_id] = fut
-        self._writer.write(_frame((msg_id, payload)))
+        self._writer.write(frame)
         return await fut
 
     async def close(self) -> None:

@@ -1,5 +1,6 @@
 """What the gateway sends a profile actor and what comes back: plain slotted dataclasses, pickled by
-Ray. A batch is a list of these, one per coalesced request."""
+Ray. A batch is a list of these, one per coalesced request. A request travels with the part of its
+body that scheduling reads (`for_scheduling`), not the whole body."""
 
 from __future__ import annotations
 
@@ -7,6 +8,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler import CycleState, Endpoint, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
+
+# The body fields plugins read: the prompt text (completion prompt, or chat messages, which also
+# tell multimodal content apart) and the prefix-cache salt; `model` for plugins that read the body's
+# own model name. Generation parameters, tools, response formats and the like stay in the gateway.
+SCHEDULING_BODY_FIELDS = ("model", "prompt", "messages", "cache_salt")
+
+
+def for_scheduling(request: LLMRequest) -> LLMRequest:
+    """The request as profile actors need it: identity, headers, priority, exclusions and the
+    body fields scheduling reads. Fewer bytes per call, and nothing else of a client's body can
+    make a batch unpicklable."""
+    body = request.body
+    return LLMRequest(
+        request.request_id, request.target_model, {k: body[k] for k in SCHEDULING_BODY_FIELDS if k in body},
+        request.headers, request.priority, request.received_at, request.excluded_endpoints,
+    )  # fmt: skip
 
 
 @dataclass(slots=True)

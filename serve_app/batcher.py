@@ -4,7 +4,10 @@ An actor call costs 1-4 ms here. A call goes out at once while fewer than `max_i
 under way; calls that arrive meanwhile wait and leave together when one returns. Low load pays no
 added delay; high load pays one round trip per batch instead of one per request. Notifications
 (no answer wanted) ride along with the next call, or leave on their own after `notify_delay_s`;
-a lone notification never holds up a call, since more than one call may be in flight."""
+a lone notification never holds up a call, since more than one call may be in flight.
+
+A failed batch of several items is sent again one item at a time (when `split_on(error)` says
+the items, not the actor, may be at fault): one bad request fails alone, not its batch-mates."""
 
 from __future__ import annotations
 
@@ -20,8 +23,10 @@ class ActorBatcher:
         max_in_flight: int = 2,
         max_batch: int = 256,
         notify_delay_s: float = 0.005,
+        split_on: Callable[[BaseException], bool] = lambda err: True,
     ) -> None:
         self._send = send  # e.g. handle.run_batch.remote: returns an ObjectRef
+        self._split_on = split_on
         self._max_in_flight = max_in_flight
         self._max_batch = max_batch
         self._notify_delay_s = notify_delay_s
@@ -62,8 +67,20 @@ class ActorBatcher:
 
     async def _run(self, batch: list[tuple[Any, asyncio.Future | None]]) -> None:
         try:
+            await self._send_batch(batch)
+        finally:
+            self._in_flight -= 1
+            self._maybe_launch()
+
+    async def _send_batch(self, batch: list[tuple[Any, asyncio.Future | None]]) -> None:
+        try:
             results = await self._send([item for item, _ in batch])
-        except BaseException as err:  # the actor died or the call was cancelled: fail this batch only
+        except BaseException as err:
+            if len(batch) > 1 and isinstance(err, Exception) and self._split_on(err):
+                for one in batch:  # in order: events still apply before the calls after them
+                    await self._send_batch([one])
+                return
+            # the actor died or the call was cancelled: fail this batch only
             for _, fut in batch:
                 if fut is not None and not fut.done():
                     fut.set_exception(err if isinstance(err, Exception) else RuntimeError(repr(err)))
@@ -71,6 +88,3 @@ class ActorBatcher:
             for (_, fut), result in zip(batch, results or [None] * len(batch), strict=False):
                 if fut is not None and not fut.done():
                     fut.set_result(result)
-        finally:
-            self._in_flight -= 1
-            self._maybe_launch()

@@ -1,4 +1,8 @@
-"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}} with the right status."""
+"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}} with the right status.
+
+Every answer the gateway gives itself has this shape, including its router's 404 / 405. `code` is
+one of GIE's codes (docs/DESIGN.md: BadRequest, NotFound, ResourceExhausted, Internal,
+ServiceUnavailable) where one fits, else OpenAI's own (`invalid_api_key`, `model_not_found`)."""
 
 from __future__ import annotations
 
@@ -8,25 +12,53 @@ from scheduler import ErrorCode, SchedulingError
 
 _TYPES = {
     400: "invalid_request_error",
+    401: "authentication_error",
     404: "not_found_error",
+    405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
+    431: "invalid_request_error",
     500: "internal_server_error",
     502: "bad_gateway",
     503: "service_unavailable",
     504: "timeout",
 }
 
+# The code an error gets when its raiser names none.
+_CODES = {
+    400: ErrorCode.BAD_REQUEST.value,
+    401: "invalid_api_key",
+    404: ErrorCode.NOT_FOUND.value,
+    405: ErrorCode.BAD_REQUEST.value,
+    408: ErrorCode.BAD_REQUEST.value,
+    413: ErrorCode.BAD_REQUEST.value,
+    429: ErrorCode.RESOURCE_EXHAUSTED.value,
+    431: ErrorCode.BAD_REQUEST.value,
+    500: ErrorCode.INTERNAL.value,
+    502: ErrorCode.SERVICE_UNAVAILABLE.value,
+    503: ErrorCode.SERVICE_UNAVAILABLE.value,
+    504: ErrorCode.SERVICE_UNAVAILABLE.value,
+}
+
 
 class GatewayError(Exception):
     """An error the gateway answers itself, before or instead of forwarding."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
-        self.code = code
+        self.code = code or _CODES.get(status, ErrorCode.INTERNAL.value if status >= 500 else "BadRequest")
         self.param = param
+        self.headers = headers
 
     @classmethod
     def from_scheduling(cls, err: SchedulingError) -> GatewayError:
@@ -36,14 +68,16 @@ class GatewayError(Exception):
         return {
             "error": {
                 "message": self.message,
-                "type": _TYPES.get(self.status, "error"),
+                "type": _TYPES.get(
+                    self.status, "internal_server_error" if self.status >= 500 else "invalid_request_error"
+                ),
                 "param": self.param,
-                "code": self.code or str(self.status),
+                "code": self.code,
             }
         }
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def bad_request(message: str, param: str | None = None) -> GatewayError:

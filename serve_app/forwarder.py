@@ -3,6 +3,7 @@ arrives (no buffering of SSE)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -20,8 +21,15 @@ class UpstreamUnavailable(Exception):
 
 
 class Forwarder:
-    def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
+    """`first_byte_timeout_s` bounds the wait for a streaming request's response headers (a hung
+    pod: the caller retries elsewhere); a non-streaming answer comes whole at the end, so only
+    `total_timeout_s` bounds it."""
+
+    def __init__(
+        self, connect_timeout_s: float, total_timeout_s: float, first_byte_timeout_s: float | None = None
+    ) -> None:
         self._timeout = aiohttp.ClientTimeout(total=total_timeout_s, sock_connect=connect_timeout_s)
+        self._first_byte_timeout_s = first_byte_timeout_s
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
@@ -30,12 +38,19 @@ class Forwarder:
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, auto_decompress=False)
         return self._session
 
-    async def open(self, endpoint: Endpoint, path: str, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+    async def open(
+        self, endpoint: Endpoint, path: str, body: bytes, headers: dict[str, str], stream: bool = False
+    ) -> aiohttp.ClientResponse:
         """Send the request; the caller reads (or streams) and releases the response."""
         url = f"http://{endpoint.address}:{endpoint.port}{path}"
+        wait = self._first_byte_timeout_s if stream else None
         try:
-            resp = await self.session().post(url, data=body, headers=headers)
-        except (aiohttp.ClientConnectionError, TimeoutError) as err:
+            async with asyncio.timeout(wait):
+                resp = await self.session().post(url, data=body, headers=headers)
+        except TimeoutError:
+            what = f"no response within {wait} s" if wait is not None else "timed out"
+            raise UpstreamUnavailable(f"{endpoint.name} ({endpoint.host_port}): {what}") from None
+        except aiohttp.ClientConnectionError as err:
             raise UpstreamUnavailable(f"{endpoint.name} ({endpoint.host_port}): {type(err).__name__}: {err}") from None
         if resp.status in RETRYABLE_STATUS:
             resp.release()
@@ -63,15 +78,36 @@ def response_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
     return {k: v for k, v in resp.headers.items() if k.lower() not in _OWN_HEADERS}
 
 
-async def relay(resp: aiohttp.ClientResponse, is_sse: bool) -> AsyncIterator[bytes]:
-    """Chunks as they arrive. A failure after the first byte ends an SSE stream with an error
-    event rather than a torn connection; the upstream is released when the client goes away."""
+async def relay(
+    resp: aiohttp.ClientResponse, is_sse: bool, idle_timeout_s: float | None = None
+) -> AsyncIterator[bytes]:
+    """Chunks as they arrive. A failure after the first byte, or `idle_timeout_s` without a
+    chunk, ends an SSE stream with an error event rather than a torn (or held) connection; the
+    upstream is released when the client goes away."""
+    chunks = resp.content.iter_any().__aiter__()
     try:
-        async for chunk in resp.content.iter_any():
+        while True:
+            deadline = asyncio.timeout(idle_timeout_s)
+            try:
+                async with deadline:
+                    chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                if deadline.expired():
+                    raise TimeoutError(f"no data for {idle_timeout_s} s") from None
+                raise
             yield chunk
     except (aiohttp.ClientError, TimeoutError) as err:
         if is_sse:
-            event = {"error": {"message": f"upstream failed mid-stream: {err}", "type": "bad_gateway", "code": "502"}}
+            event = {
+                "error": {
+                    "message": f"upstream failed mid-stream: {err}",
+                    "type": "bad_gateway",
+                    "param": None,
+                    "code": "ServiceUnavailable",
+                }
+            }
             yield f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n".encode()
     finally:
         resp.release()

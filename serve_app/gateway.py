@@ -3,6 +3,8 @@ through the profile actors and forwards it to the chosen model server.
 
 Any number of replicas share the same actors, hence the same scheduling state."""
 
+import asyncio
+import hmac
 import json
 import logging
 import os
@@ -10,7 +12,10 @@ import time
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from ray import serve
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from actors.metrics_hub import MetricsPusher, MetricsRecorder, render
@@ -29,7 +34,7 @@ from scheduler.hooks import RequestHooks
 from scheduler.trace import SchedulingTrace
 from serve_app.disagg import hand_off
 from serve_app.endpoint_view import EndpointView
-from serve_app.errors import GatewayError
+from serve_app.errors import GatewayError, bad_request
 from serve_app.forwarder import Forwarder, UpstreamUnavailable, relay, response_headers
 from serve_app.parsing import ParsedRequest, parse_request
 from serve_app.ray_runner import RayProfileRunner
@@ -40,7 +45,42 @@ log = logging.getLogger("ray_epp.gateway")
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 GATEWAY_SERVICE = "ray-epp-gateway"  # /health names the service, so launchers find our replicas
 FIRST_SNAPSHOT_WAIT_S = 5.0  # a new replica's first request waits at most this for the pool
-app = FastAPI(title="Ray EPP gateway", docs_url=None, redoc_url=None)
+SHED_RETRY_AFTER_S = "1"
+OTHER = "other"  # the metric label of a value a client chose that the pool does not know
+app = FastAPI(title="Ray EPP gateway", docs_url=None, redoc_url=None, openapi_url=None)
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+    """The router's own 404 / 405 in OpenAI's shape, like every other answer of the gateway."""
+    err = GatewayError(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+    return err.response()
+
+
+@app.exception_handler(RequestValidationError)
+async def _validation_error(_request: Request, exc: RequestValidationError) -> Response:
+    return bad_request(str(exc)[:500]).response()
+
+
+@app.exception_handler(Exception)
+async def _internal_error(_request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error: %s", exc)
+    return GatewayError(500, f"internal error: {type(exc).__name__}").response()
+
+
+class _Stream(StreamingResponse):
+    """A streaming response that runs `on_close` once it is over, however it ends (finished,
+    failed, client gone, or never started)."""
+
+    def __init__(self, content: Any, on_close: Any, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
 
 
 class GatewayCore:
@@ -61,7 +101,10 @@ class GatewayCore:
         self._local_hooks = RequestHooks(self.detectors)
         self.runner = RayProfileRunner(profile_actors)
         self.view = EndpointView(datastore)
-        self.forwarder = Forwarder(self.settings.connect_timeout_s, self.settings.upstream_timeout_s)
+        self.forwarder = Forwarder(s.connect_timeout_s, s.upstream_timeout_s, s.first_byte_timeout_s)
+        self._in_flight = 0  # requests of the OpenAI routes and /v1/pick this replica is serving
+        self._debug_token = s.debug_token.encode() if s.debug_token else None
+        self._api_key = f"Bearer {s.api_key}".encode() if s.api_key else None
         self.recorder = MetricsRecorder()
         self.hub = hub
         self._pusher = MetricsPusher(self.recorder, f"gateway-{os.getpid()}", hub) if hub is not None else None
@@ -101,13 +144,92 @@ class GatewayCore:
             raise
         finally:
             self.recorder.observe("inference_extension_scheduler_e2e_duration_seconds", time.perf_counter() - start)
-            self.recorder.inc("inference_extension_scheduler_attempts_total", (status, request.target_model))
+            self.recorder.inc("inference_extension_scheduler_attempts_total", (status, self.model_label(request)))
 
     def known_models(self) -> set[str] | None:
         """Models some pod serves (None: do not check): what pods list, plus adapters they run."""
         if not self.settings.reject_unknown_models or not self.view.models:
             return None
         return self.view.models | self.view.adapters
+
+    def model_label(self, request: LLMRequest) -> str:
+        """A model name as a metric label: only names the pool serves, so clients can not grow
+        /metrics by naming models."""
+        model = request.target_model
+        return model if model in self.view.models or model in self.view.adapters else OTHER
+
+    def priority_label(self, priority: int) -> str:
+        """A priority as a metric label: 0 or an objective's priority, else "other"."""
+        if priority == 0 or priority in self.settings.objectives.values():
+            return str(priority)
+        return OTHER
+
+    # ---- what the client may ask for ------------------------------------------------------------
+    def wants_trace(self, http: Request) -> bool:
+        """The decision trace names pods, addresses and scores: only for the operator's token
+        (or for anyone asking, when `debug_trace` opens it)."""
+        value = http.headers.get(self.settings.debug_header)
+        if not value:
+            return False
+        if self._debug_token is not None and hmac.compare_digest(value.encode(), self._debug_token):
+            return True
+        return self.settings.debug_trace
+
+    def check_request_head(self, http: Request) -> None:
+        """What can be refused before reading the body: the API key, the headers' size, a
+        declared body over the limit."""
+        s = self.settings
+        if self._api_key is not None:
+            given = http.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, self._api_key):
+                raise GatewayError(
+                    401, "Incorrect API key provided.", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
+                )
+        header_bytes = sum(len(k) + len(v) for k, v in http.headers.raw)
+        if header_bytes > s.max_header_bytes:
+            raise GatewayError(431, f"request headers of {header_bytes} bytes exceed the limit of {s.max_header_bytes}")
+        declared = http.headers.get("content-length")
+        if declared is not None:
+            try:
+                length = int(declared)
+            except ValueError:
+                raise bad_request(f"invalid Content-Length {declared[:40]!r}") from None
+            if length > s.max_body_bytes:
+                raise GatewayError(413, f"request body of {length} bytes exceeds the limit of {s.max_body_bytes}")
+
+    async def read_body(self, http: Request) -> bytes:
+        """The body, read within body_read_timeout_s (408) and never past max_body_bytes (413)."""
+        s = self.settings
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(s.body_read_timeout_s):
+                async for chunk in http.stream():
+                    size += len(chunk)
+                    if size > s.max_body_bytes:
+                        raise GatewayError(
+                            413, f"request body of over {size} bytes exceeds the limit of {s.max_body_bytes}"
+                        )
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise GatewayError(408, f"request body not received within {s.body_read_timeout_s} s") from None
+        except ClientDisconnect:
+            raise bad_request("client disconnected while sending the body") from None
+        return b"".join(chunks)
+
+    def enter(self) -> None:
+        """Count a request in, or shed it (503 + Retry-After) when the replica is full, rather than
+        let it wait in Serve's queue behind requests that may never finish."""
+        if self._in_flight >= self.settings.max_in_flight:
+            raise GatewayError(
+                503,
+                f"the gateway is at its limit of {self.settings.max_in_flight} requests in flight; retry later",
+                headers={"Retry-After": SHED_RETRY_AFTER_S},
+            )
+        self._in_flight += 1
+
+    def leave(self) -> None:
+        self._in_flight -= 1
 
     # ---- what stateful plugins learn: the profile actors', and this replica's own detectors ----
     def _tell_pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
@@ -133,21 +255,32 @@ class GatewayCore:
 
     # ---- the request path -------------------------------------------------------------------
     async def handle(self, http: Request, path: str) -> Response:
-        await self.ensure_ready()
         started = time.perf_counter()
         model = "unknown"
         try:
-            raw = await http.body()
+            self.check_request_head(http)
+            self.enter()
+        except GatewayError as err:
+            self.recorder.inc("inference_objective_request_error_total", (model, model, err.code))
+            return err.response()
+        response: Response | None = None
+        try:
+            raw = await self.read_body(http)
+            await self.ensure_ready()
             parsed = parse_request(raw, dict(http.headers), path, self.settings, self.known_models())
             req = parsed.llm_request
-            model = req.target_model
-            self.recorder.inc("inference_objective_request_total", (model, model, str(req.priority)))
+            model = self.model_label(req)
+            self.recorder.inc("inference_objective_request_total", (model, model, self.priority_label(req.priority)))
             self.admit(req)
-            trace = SchedulingTrace() if http.headers.get(self.settings.debug_header) else None
-            return await self._schedule_and_forward(parsed, path, raw, trace, started)
+            trace = SchedulingTrace() if self.wants_trace(http) else None
+            response = await self._schedule_and_forward(parsed, path, raw, trace, started)
+            return response
         except GatewayError as err:
-            self.recorder.inc("inference_objective_request_error_total", (model, model, err.code or str(err.status)))
+            self.recorder.inc("inference_objective_request_error_total", (model, model, err.code))
             return err.response()
+        finally:
+            if not isinstance(response, _Stream):  # a stream leaves when it ends
+                self.leave()
 
     async def _schedule_and_forward(
         self, parsed: ParsedRequest, path: str, raw: bytes, trace: SchedulingTrace | None, started: float
@@ -160,7 +293,11 @@ class GatewayCore:
                 result = await self.schedule(req, trace)
             except SchedulingError as err:
                 if excluded:  # every candidate failed us
-                    raise GatewayError(503, f"no endpoint could serve the request: {last_error}") from None
+                    raise GatewayError(
+                        503,
+                        f"no endpoint could serve the request: {last_error}",
+                        code=ErrorCode.SERVICE_UNAVAILABLE.value,
+                    ) from None
                 raise GatewayError.from_scheduling(err) from None
             target = result.target
             self._tell_pre_request(req, result)
@@ -169,7 +306,7 @@ class GatewayCore:
             if result.prefill_profile_name is not None:
                 body = await self._prefill(req, result, path, raw, headers, trace)
             try:
-                upstream = await self.forwarder.open(target, path, body, headers)
+                upstream = await self.forwarder.open(target, path, body, headers, stream=parsed.stream)
             except UpstreamUnavailable as err:
                 last_error = str(err)
                 excluded.add(target.name)
@@ -177,7 +314,11 @@ class GatewayCore:
                 self._tell_complete(req, target.name)
                 continue
             return await self._respond(parsed, result, upstream, trace, started)
-        raise GatewayError(503, f"no endpoint could serve the request after retries: {last_error}")
+        raise GatewayError(
+            503,
+            f"no endpoint could serve the request after retries: {last_error}",
+            code=ErrorCode.SERVICE_UNAVAILABLE.value,
+        )
 
     async def _prefill(
         self,
@@ -214,51 +355,68 @@ class GatewayCore:
         headers[DESTINATION_HEADER] = target.host_port
         if trace is not None:
             headers["x-epp-trace"] = json.dumps({**result.to_json(), "trace": trace.to_json()}, separators=(",", ":"))
-        labels = (req.target_model, req.target_model)
+        model = self.model_label(req)
+        labels = (model, model)
+        running = (model,)
+        self.recorder.add_gauge("inference_objective_running_requests", running, 1.0)
         is_sse = parsed.stream and upstream.status == 200
         if not is_sse:
             try:
                 body = await upstream.read()
             finally:
                 upstream.release()
-                self._finish(req, target.name, labels, started, ttft=None)
+                self._finish(req, target.name, labels, started)
             return Response(body, status_code=upstream.status, headers=headers)
 
         async def stream():
             first = True
-            try:
-                async for chunk in relay(upstream, is_sse=True):
-                    if first:
-                        first = False
-                        self._tell_first_token(req, target.name)
-                        self.recorder.observe(
-                            "inference_objective_request_ttft_seconds", time.perf_counter() - started, labels
-                        )
-                    yield chunk
-            finally:
-                self._finish(req, target.name, labels, started, ttft=None)
+            async for chunk in relay(upstream, is_sse=True, idle_timeout_s=self.settings.stream_idle_timeout_s):
+                if first:
+                    first = False
+                    self._tell_first_token(req, target.name)
+                    self.recorder.observe(
+                        "inference_objective_request_ttft_seconds", time.perf_counter() - started, labels
+                    )
+                yield chunk
 
-        return StreamingResponse(stream(), status_code=upstream.status, headers=headers)
+        def on_close() -> None:
+            upstream.release()  # also when the stream never started (client gone first)
+            self._finish(req, target.name, labels, started)
+            self.leave()
 
-    def _finish(self, req: LLMRequest, endpoint: str, labels, started: float, ttft: float | None) -> None:
+        return _Stream(stream(), on_close, status_code=upstream.status, headers=headers)
+
+    def _finish(self, req: LLMRequest, endpoint: str, labels: tuple[str, str], started: float) -> None:
         self.recorder.observe("inference_objective_request_duration_seconds", time.perf_counter() - started, labels)
+        self.recorder.add_gauge("inference_objective_running_requests", labels[:1], -1.0)
         self._tell_complete(req, endpoint)
 
     # ---- the rest of the surface ------------------------------------------------------------
     async def pick(self, http: Request) -> Response:
-        """The decision without forwarding, for use behind another proxy."""
-        await self.ensure_ready()
+        """The decision without forwarding, for use behind another proxy (when `pick_api` is on)."""
+        if not self.settings.pick_api:
+            return GatewayError(404, "Not Found").response()
         try:
-            raw = await http.body()
+            self.check_request_head(http)
+            self.enter()
+        except GatewayError as err:
+            return err.response()
+        try:
+            raw = await self.read_body(http)
+            await self.ensure_ready()
             path = http.query_params.get("path", "/v1/completions")
+            if path not in ("/v1/completions", "/v1/chat/completions"):
+                raise bad_request("'path' must be /v1/completions or /v1/chat/completions", param="path")
             parsed = parse_request(raw, dict(http.headers), path, self.settings, self.known_models())
             self.admit(parsed.llm_request)
-            trace = SchedulingTrace() if http.headers.get(self.settings.debug_header) else None
+            trace = SchedulingTrace() if self.wants_trace(http) else None
             result = await self.schedule(parsed.llm_request, trace)
         except GatewayError as err:
             return err.response()
         except SchedulingError as err:
             return GatewayError.from_scheduling(err).response()
+        finally:
+            self.leave()
         # Stateful plugins learn the decision (the prefix index keeps up with proxied traffic), but
         # its response never passes here: count it finished at once, or in-flight ledgers (active
         # requests, prefill backlog) would hold it until their timeout.

@@ -43,6 +43,10 @@ def parse_request(
         body: Any = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise bad_request(f"request body is not valid JSON: {err}") from None
+    except RecursionError:  # the C parser stops at the interpreter's recursion limit (~1,000 deep)
+        raise too_deep(settings.max_json_depth) from None
+    if json_depth_over(raw, body, settings.max_json_depth):
+        raise too_deep(settings.max_json_depth)
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     model = body.get("model")
@@ -75,6 +79,29 @@ def parse_request(
     return ParsedRequest(llm_request, stream, clean)
 
 
+def too_deep(limit: int) -> GatewayError:
+    return bad_request(f"request body nests JSON deeper than the limit of {limit}")
+
+
+def json_depth_over(raw: bytes, value: Any, limit: int) -> bool:
+    """Whether `value` (parsed from `raw`) nests lists / objects more than `limit` deep. No
+    recursion, and no walk at all for the usual body: fewer brackets than the limit in the raw
+    text means it can not be that deep."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    containers = (list, dict)
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if type(node) is dict else node
+        for child in children:
+            if isinstance(child, containers):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
 def priority_of(headers: dict[str, str], settings: GatewaySettings) -> int:
     """The priority from the objective header (through settings.objectives) or the priority header."""
     objective = headers.get(OBJECTIVE_HEADER)
@@ -86,6 +113,10 @@ def priority_of(headers: dict[str, str], settings: GatewaySettings) -> int:
     if raw is None:
         return 0
     try:
-        return int(raw)
+        priority = int(raw)
     except ValueError:
         raise bad_request(f"{PRIORITY_HEADER} must be an integer, got {raw!r}", param=PRIORITY_HEADER) from None
+    low, high = settings.priority_range
+    if not low <= priority <= high:
+        raise bad_request(f"{PRIORITY_HEADER} must lie in [{low}, {high}], got {priority}", param=PRIORITY_HEADER)
+    return priority

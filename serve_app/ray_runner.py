@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from actors.channel import ChannelClient
-from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome
+from actors.channel import ChannelClient, Unsendable
+from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, for_scheduling
 from scheduler import CycleState, Endpoint, ErrorCode, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
 from scheduler.cycle_state import profile_error_key
 from scheduler.trace import SchedulingTrace
@@ -20,7 +20,9 @@ class RayProfileRunner:
         # One batcher per actor carries both the calls and the events (decisions, completions), so
         # a request costs one actor round trip, not three.
         self._links = {n: ActorLink(h) for n, h in profile_actors.items()}
-        self._batchers = {n: ActorBatcher(link.run_batch) for n, link in self._links.items()}
+        self._batchers = {
+            n: ActorBatcher(link.run_batch, split_on=item_may_be_at_fault) for n, link in self._links.items()
+        }
 
     async def __call__(
         self,
@@ -30,7 +32,7 @@ class RayProfileRunner:
         endpoints: list[Endpoint] | None,
         trace: SchedulingTrace | None,
     ) -> dict[str, ProfileRunResult | None]:
-        call = ProfileCall(request, cycle_state, trace is not None)
+        call = ProfileCall(for_scheduling(request), cycle_state, trace is not None)
         if len(names) == 1:
             outcomes = [await self._run_one(names[0], call)]
         else:  # the profiles of one round run at the same time, each in its own actor
@@ -53,7 +55,7 @@ class RayProfileRunner:
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         """Every profile actor learns the decision (its stateful plugins, e.g. the prefix index)."""
-        event = ProfileEvent("pre_request", request, result=result)
+        event = ProfileEvent("pre_request", for_scheduling(request), result=result)
         for batcher in self._batchers.values():
             batcher.notify(event)
 
@@ -67,6 +69,14 @@ class RayProfileRunner:
         event = ProfileEvent("response_complete", request.without_body(), endpoint_name=endpoint_name)
         for batcher in self._batchers.values():
             batcher.notify(event)
+
+
+def item_may_be_at_fault(err: BaseException) -> bool:
+    """Whether a failed batch is worth sending again item by item: not when the actor itself is
+    gone (each item would only wait for it again)."""
+    from ray.exceptions import ActorUnavailableError, RayActorError
+
+    return not isinstance(err, ActorUnavailableError | RayActorError | ConnectionError | asyncio.CancelledError)
 
 
 class ActorLink:
@@ -87,6 +97,8 @@ class ActorLink:
         if client is not None and not client.closed:
             try:
                 return await client.request(items)
+            except Unsendable:  # this batch's fault, not the channel's: keep the channel
+                raise
             except Exception:  # the channel or the actor behind it failed: this batch goes by Ray
                 self._client = None
                 await client.close()

@@ -15,19 +15,54 @@ class GatewaySettings(BaseModel):
     # Inference objectives by name -> priority (GIE's InferenceObjective): requests name one in the
     # `x-gateway-inference-objective` header. Priority < 0 is sheddable.
     objectives: dict[str, int] = Field(default_factory=dict)
+    # A body over this is refused with 413: at once when its Content-Length says so, else as soon
+    # as the bytes read pass it (a chunked body is never read whole first).
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    # JSON nested deeper than this is refused with 400 (checked without recursion): no request
+    # may carry a value that parses but cannot be pickled to the profile actors.
+    max_json_depth: int = Field(default=64, ge=2, le=512)
+    # The request headers (names + values, bytes) over this are refused with 431 before forwarding.
+    max_header_bytes: int = Field(default=32 * 1024, gt=0)
+    # A client must send its whole body within this, else 408: a connection that declares a body
+    # and then trickles (or stops) does not hold a request slot for ever.
+    body_read_timeout_s: float = Field(default=30.0, gt=0)
+    # Requests a replica serves at once (OpenAI routes and /v1/pick); past it, 503 with Retry-After
+    # at once instead of queueing. Keep it below the deployment's max_ongoing_requests (2,048), so
+    # /health, /ready and /metrics always have slots left.
+    max_in_flight: int = Field(default=1536, gt=0)
+    # x-gateway-inference-priority must lie in this range, else 400.
+    priority_range: tuple[int, int] = (-1000, 1000)
+    # Optional API key for the OpenAI routes and /v1/pick, as vLLM's --api-key: clients send
+    # `Authorization: Bearer <key>`; a missing or wrong key is 401. None: no key.
+    api_key: str | None = None
     # Answer 404 for a model no pod lists in /v1/models (nor runs, per its metrics). Turn off when
     # pods load LoRA adapters on demand that they do not list before the first request.
     reject_unknown_models: bool = True
     # A connection failure or a 503 before the first byte is retried on another endpoint.
     max_retries: int = Field(default=2, ge=0)
+    # The whole exchange with a model server (a non-streaming request's answer comes in one piece
+    # at the end, so it is bounded by this alone).
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    # A streaming request's response headers must arrive within this, else the pod counts as
+    # hung: the request goes to another endpoint (nothing has reached the client yet).
+    first_byte_timeout_s: float = Field(default=30.0, gt=0)
+    # A stream silent for this long between chunks is ended with an error event.
+    stream_idle_timeout_s: float = Field(default=60.0, gt=0)
     # Queue depth / KV thresholds of the saturation detector used for admission (GIE defaults).
     saturation_queue_depth: int = Field(default=5, ge=0)
     saturation_kv_cache: float = Field(default=0.8, ge=0, le=1)
     metrics_staleness_s: float = Field(default=2.0, gt=0)
+    # The decision trace (x-epp-trace, /v1/pick's "trace") names pods, addresses and scores: an
+    # operator's tool, off by default. With `debug_token` set, a request gets it by sending
+    # `x-epp-debug: <token>`; `debug_trace: true` gives it to any non-empty x-epp-debug (local
+    # use and tests only).
     debug_header: str = "x-epp-debug"
+    debug_token: str | None = None
+    debug_trace: bool = False
+    # POST /v1/pick (the decision without forwarding, for use behind another proxy). Off by default:
+    # it answers 404 like any unknown route. When on, it needs the api_key like the OpenAI routes.
+    pick_api: bool = False
     # P/D hand-off. "orchestrated": the gateway runs the prefill step on the prefill pod, then sends
     # the request with the returned kv_transfer_params to the decode pod. "sidecar": the gateway
     # only sets x-prefiller-host-port and forwards to the decode pod (llm-d's routing sidecar).

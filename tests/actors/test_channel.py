@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from actors.channel import ChannelClient, ChannelServer
+from actors import channel
+from actors.channel import ChannelClient, ChannelServer, Unsendable
 
 
 async def echo_times_ten(items):
@@ -55,6 +56,53 @@ async def test_wrong_token_is_dropped():
             await asyncio.wait_for(client.request([1]), 5)
     finally:
         await client.close()
+        await server.close()
+
+
+async def test_an_unpicklable_payload_fails_alone_and_the_channel_stays_up():
+    server, client = await started()
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    try:
+        with pytest.raises(Unsendable):
+            await client.request([deep])
+        assert not client.closed
+        assert await client.request([6]) == [60]
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def test_an_unpicklable_answer_fails_that_call_only():
+    async def deep_answer(items):
+        if items == ["deep"]:
+            deep: list = []
+            for _ in range(5000):
+                deep = [deep]
+            return [deep]
+        return [x * 10 for x in items]
+
+    server, client = await started(deep_answer)
+    try:
+        with pytest.raises(Unsendable):
+            await asyncio.wait_for(client.request(["deep"]), 5)
+        assert await client.request([7]) == [70]
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def test_a_connection_that_never_presents_the_token_is_dropped(monkeypatch):
+    monkeypatch.setattr(channel, "HANDSHAKE_TIMEOUT_S", 0.2)
+    server = ChannelServer(echo_times_ten)
+    await server.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(server.token[:3])  # part of it, then nothing
+        assert await asyncio.wait_for(reader.read(), 3) == b""  # the server closed the connection
+    finally:
+        writer.close()
         await server.close()
 
 

@@ -14,6 +14,8 @@ from tests.conftest import GATEWAY_TEST_PORT
 pytestmark = pytest.mark.ray
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+DEBUG_TOKEN = "operator-secret"
+DEBUG = {"x-epp-debug": DEBUG_TOKEN}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,12 @@ def gateway(ray_session, sim):
     dep = EppDeployment.start(
         config_path="configs/default.yaml",
         pods=pods,
-        settings={"max_body_bytes": 1_000_000, "objectives": {"batch": -1, "chat": 1}},
+        settings={
+            "max_body_bytes": 1_000_000,
+            "objectives": {"batch": -1, "chat": 1},
+            "debug_token": DEBUG_TOKEN,
+            "pick_api": True,
+        },
         port=GATEWAY_TEST_PORT,
     )
     yield dep
@@ -151,9 +158,7 @@ def test_bad_input_gets_openai_errors(client, content, headers, status, fragment
 
 
 def test_debug_header_returns_trace_and_pick_endpoint(client):
-    resp = client.post(
-        "/v1/completions", json={"model": MODEL, "prompt": "trace me", "max_tokens": 1}, headers={"x-epp-debug": "1"}
-    )
+    resp = client.post("/v1/completions", json={"model": MODEL, "prompt": "trace me", "max_tokens": 1}, headers=DEBUG)
     trace = json.loads(resp.headers["x-epp-trace"])
     prof = trace["trace"]["profiles"]["default"]
     assert {s["type"] for s in prof["scorers"]} == {
@@ -171,7 +176,7 @@ def test_debug_header_returns_trace_and_pick_endpoint(client):
 
 def backlog_scores(client) -> dict[str, float]:
     """The prefill-backlog scorer's scores for a fresh prompt, from the decision trace of /v1/pick."""
-    pick = client.post("/v1/pick", json={"model": MODEL, "prompt": "fresh"}, headers={"x-epp-debug": "1"})
+    pick = client.post("/v1/pick", json={"model": MODEL, "prompt": "fresh"}, headers=DEBUG)
     scorers = pick.json()["trace"]["profiles"]["default"]["scorers"]
     return next(s["scores"] for s in scorers if s["type"] == "prefill-backlog-scorer")
 

@@ -38,7 +38,10 @@ def gateway(ray_session, sim):
     from serve_app.launch import EppDeployment
 
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
-    dep = EppDeployment.start(config_path="configs/pd.yaml", pods=pods, port=GATEWAY_TEST_PORT)
+    # The trace is how these tests see the P/D decision: open it to any x-epp-debug value.
+    dep = EppDeployment.start(
+        config_path="configs/pd.yaml", pods=pods, settings={"debug_trace": True}, port=GATEWAY_TEST_PORT
+    )
     yield dep
     dep.stop()
 

@@ -1,0 +1,70 @@
+"""parse_request's limits, without Ray: JSON depth, priority range, and the body the profile
+actors get."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from actors.protocol import ProfileCall, for_scheduling
+from scheduler import CycleState
+from serve_app.errors import GatewayError
+from serve_app.parsing import json_depth_over, parse_request
+from serve_app.settings import GatewaySettings
+
+MODEL = "m"
+
+
+def parse(raw: bytes, headers: dict | None = None, path: str = "/v1/completions", **settings):
+    return parse_request(raw, headers or {}, path, GatewaySettings(**settings), None)
+
+
+def nested(depth: int) -> bytes:
+    return b'{"model": "m", "prompt": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+@pytest.mark.parametrize("depth", [64, 700, 990, 100_000])
+def test_deep_json_is_a_400_in_openai_shape(depth):
+    with pytest.raises(GatewayError) as info:
+        parse(nested(depth))
+    assert info.value.status == 400 and info.value.code == "BadRequest"
+    assert "deeper than the limit of 64" in info.value.message
+
+
+def test_json_at_the_limit_parses_and_pickles():
+    parsed = parse(nested(63))  # the object itself is level 1
+    pickle.dumps(ProfileCall(for_scheduling(parsed.llm_request), CycleState()))
+
+
+def test_depth_check_counts_objects_and_lists_and_ignores_brackets_in_strings():
+    body = {"model": "m", "prompt": "[" * 500, "x": [{"a": [{"b": []}]}]}
+    raw = json.dumps(body).encode()
+    assert not json_depth_over(raw, body, 6)  # object, list, object, list, object, list
+    assert json_depth_over(raw, body, 5)
+
+
+def test_priority_outside_the_range_is_refused():
+    raw = json.dumps({"model": "m", "prompt": "x"}).encode()
+    assert parse(raw, {"x-gateway-inference-priority": "-1000"}).llm_request.priority == -1000
+    with pytest.raises(GatewayError, match=r"must lie in \[-1000, 1000\]"):
+        parse(raw, {"x-gateway-inference-priority": "1001"})
+
+
+def test_profile_actors_get_only_what_scheduling_reads():
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}],
+        "cache_salt": "s",
+        "tools": [{"type": "function"}] * 100,
+        "response_format": {"type": "json_schema"},
+        "max_tokens": 5,
+    }
+    req = parse(json.dumps(body).encode(), path="/v1/chat/completions").llm_request
+    req.excluded_endpoints = frozenset({"pod-a"})
+    sent = for_scheduling(req)
+    assert sent.body == {k: body[k] for k in ("model", "messages", "cache_salt")}
+    assert sent.prompt_text() == req.prompt_text() and sent.cache_salt() == "s"
+    assert (sent.request_id, sent.priority, sent.excluded_endpoints) == (req.request_id, 0, frozenset({"pod-a"}))
+    assert req.body["tools"]  # the gateway keeps the whole body to forward

@@ -1,0 +1,372 @@
+"""Faults and hostile input against a real Serve gateway (docs/RELIABILITY.md is the matrix).
+
+One deployment with tight limits (so each fault shows in about a second), two simulated pods and a
+third, `fake`, that relays everything to pod 0 (so it looks healthy and serves) until a test makes
+it misbehave on completions: never answer ("hang"), or send one chunk of a stream and fall silent
+("stall")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.conftest import GATEWAY_TEST_PORT
+
+pytestmark = pytest.mark.ray
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+API_KEY = "sk-reliability"
+AUTH = {"authorization": f"Bearer {API_KEY}"}
+SETTINGS = {
+    "api_key": API_KEY,
+    "body_read_timeout_s": 1.5,
+    "max_in_flight": 16,
+    "first_byte_timeout_s": 1.0,
+    "stream_idle_timeout_s": 1.0,
+    "max_retries": 2,
+}
+
+
+class FakePod:
+    """Relays to a real pod; POSTs hang or stall when `mode` says so. Counts the POSTs it got."""
+
+    def __init__(self, mirror_url: str) -> None:
+        self.mirror_url = mirror_url
+        self.mode = "relay"
+        self.posts = 0
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+
+    def _run(self) -> None:
+        from aiohttp import ClientSession, web
+
+        async def relay_get(request: web.Request) -> web.Response:
+            async with ClientSession() as s, s.get(self.mirror_url + request.path_qs) as r:
+                return web.Response(body=await r.read(), status=r.status, content_type=r.content_type)
+
+        async def post(request: web.Request) -> web.StreamResponse:
+            self.posts += 1
+            data = await request.read()
+            if self.mode == "relay":
+                async with ClientSession() as s:
+                    headers = {"content-type": "application/json"}
+                    async with s.post(self.mirror_url + request.path_qs, data=data, headers=headers) as r:
+                        resp = web.StreamResponse(status=r.status, headers={"content-type": r.content_type})
+                        await resp.prepare(request)
+                        async for chunk in r.content.iter_any():
+                            await resp.write(chunk)
+                        await resp.write_eof()
+                        return resp
+            if self.mode == "stall":
+                resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+                await resp.prepare(request)
+                await resp.write(b'data: {"choices":[{"text":"x","index":0}]}\n\n')
+            await asyncio.sleep(3600)
+            raise AssertionError("unreachable")
+
+        async def main() -> None:
+            app = web.Application()
+            app.router.add_get("/{tail:.*}", relay_get)
+            app.router.add_post("/{tail:.*}", post)
+            runner = web.AppRunner(app, handler_cancellation=True)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]
+            self._stop = asyncio.Event()
+            self._started.set()
+            await self._stop.wait()
+            await runner.cleanup()
+
+        self._loop.run_until_complete(main())
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def sim():
+    from simulator import make_pod_configs, start_sim_pods_in_thread
+
+    cluster = start_sim_pods_in_thread(make_pod_configs(2, max_num_seqs=8), time_scale=1.0, seed=11)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def fake(sim):
+    pod = FakePod(sim.pods[0].url)
+    yield pod
+    pod.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(ray_session, sim, fake):
+    from actors.launcher import PodSpec
+    from serve_app.launch import EppDeployment
+
+    pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
+    pods.append(PodSpec(name="fake", address="127.0.0.1", port=fake.port, labels={}))
+    dep = EppDeployment.start(config_path="configs/default.yaml", pods=pods, settings=SETTINGS, port=GATEWAY_TEST_PORT)
+    with httpx.Client(base_url=dep.url, timeout=10) as c:
+        wait_until(lambda: c.get("/ready").json()["ready_endpoints"] == 3, timeout_s=30)
+    yield dep
+    dep.stop()
+
+
+@pytest.fixture()
+def client(gateway):
+    with httpx.Client(base_url=gateway.url, timeout=30, headers=AUTH) as c:
+        yield c
+
+
+def wait_until(predicate, timeout_s: float = 10.0, every_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError("condition not reached in time")
+
+
+def is_openai_error(resp: httpx.Response, status: int, code: str | None = None) -> dict:
+    assert resp.status_code == status, (resp.status_code, resp.text[:300])
+    err = resp.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}, err
+    if code is not None:
+        assert err["code"] == code, err
+    return err
+
+
+def nested(depth: int) -> bytes:
+    """A completion body whose prompt nests `depth` lists deep."""
+    return b'{"model": "%s", "max_tokens": 1, "prompt": ' % MODEL.encode() + b"[" * depth + b"]" * depth + b"}"
+
+
+def raw_exchange(port: int, head: bytes, body: bytes, read_timeout_s: float) -> tuple[float, bytes]:
+    """Send `head` + `body` on a plain socket; the seconds until the answer came, and its bytes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=read_timeout_s) as sock:
+        sent = time.monotonic()
+        sock.sendall(head + body)
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except TimeoutError:
+            return read_timeout_s, data
+        return time.monotonic() - sent, data
+
+
+def port_of(gateway) -> int:
+    return urlsplit(gateway.url).port
+
+
+def post_head(length: int, path: str = "/v1/completions") -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        f"authorization: Bearer {API_KEY}\r\ncontent-length: {length}\r\n\r\n"
+    ).encode()
+
+
+# ---- hostile bodies ----------------------------------------------------------------------------
+
+
+def test_a_deeply_nested_body_fails_alone_not_its_batch_mates(client):
+    """Bodies nested 800 deep parse but can not be pickled; sent among ordinary requests they
+    used to fail whole batches (503 'profile actor unavailable: Could not pickle')."""
+    normal = json.dumps({"model": MODEL, "prompt": "ordinary", "max_tokens": 1}).encode()
+
+    def send(body: bytes) -> int:
+        return client.post("/v1/completions", content=body, headers={"content-type": "application/json"}).status_code
+
+    bodies = [nested(800) if i % 4 == 0 else normal for i in range(48)]
+    with ThreadPoolExecutor(12) as pool:
+        statuses = list(pool.map(send, bodies))
+    assert [s for b, s in zip(bodies, statuses, strict=True) if b is normal] == [200] * 36
+    assert [s for b, s in zip(bodies, statuses, strict=True) if b is not normal] == [400] * 12
+
+
+@pytest.mark.parametrize("depth", [65, 990, 100_000])
+def test_json_nested_past_the_limit_is_an_openai_400(client, depth):
+    resp = client.post("/v1/completions", content=nested(depth), headers={"content-type": "application/json"})
+    err = is_openai_error(resp, 400, "BadRequest")
+    assert "deeper than the limit of 64" in err["message"]
+
+
+def test_json_nested_within_the_limit_is_served(client):
+    resp = client.post("/v1/completions", content=nested(60), headers={"content-type": "application/json"})
+    assert "x-gateway-destination-endpoint" in resp.headers, resp.text  # forwarded (the pod judges it)
+
+
+def test_a_declared_oversized_body_is_refused_before_it_is_read(gateway):
+    """A 50 MB Content-Length gets 413 at once; the gateway does not wait for (or read) the body."""
+    took, answer = raw_exchange(port_of(gateway), post_head(50_000_000), b"{" * 1000, read_timeout_s=5)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert took < 2
+
+
+def test_a_body_that_never_finishes_gets_408(gateway):
+    took, answer = raw_exchange(port_of(gateway), post_head(1000), b"{", read_timeout_s=8)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert 1.0 < took < 4
+
+
+def test_idle_connections_are_shed_not_queued_and_ready_keeps_answering(gateway, client):
+    """More slow-body connections than the replica's in-flight limit: the excess is shed at once
+    (503 + Retry-After), /ready answers meanwhile, and everything is served once they time out."""
+    socks = []
+    try:
+        for _ in range(24):
+            s = socket.create_connection(("127.0.0.1", port_of(gateway)), timeout=10)
+            s.sendall(post_head(1000) + b"{")
+            socks.append(s)
+        time.sleep(0.4)
+        started = time.monotonic()
+        ready = client.get("/ready")
+        assert ready.status_code == 200 and time.monotonic() - started < 1
+        shed = client.post("/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 1})
+        is_openai_error(shed, 503, "ServiceUnavailable")
+        assert shed.headers["retry-after"] == "1"
+        statuses = []
+        for s in socks:
+            data = b""
+            while b"\r\n" not in data:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            statuses.append(data.split(b" ")[1] if data else b"closed")
+        assert set(statuses) <= {b"408", b"503"} and b"408" in statuses, statuses
+    finally:
+        for s in socks:
+            s.close()
+    resp = client.post("/v1/completions", json={"model": MODEL, "prompt": "after", "max_tokens": 1})
+    assert resp.status_code == 200, resp.text
+
+
+def test_oversized_headers_get_431(client):
+    resp = client.post("/v1/completions", json={"model": MODEL, "prompt": "x"}, headers={"x-junk": "j" * 40_000})
+    is_openai_error(resp, 431, "BadRequest")
+
+
+# ---- the gateway's own errors -----------------------------------------------------------------
+
+
+def test_unknown_route_and_wrong_method_are_openai_shaped(client):
+    is_openai_error(client.get("/v1/nothing-here"), 404, "NotFound")
+    is_openai_error(client.get("/v1/completions"), 405, "BadRequest")
+
+
+def test_api_key_is_required_on_the_openai_routes(gateway):
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
+    with httpx.Client(base_url=gateway.url, timeout=30) as anon:
+        is_openai_error(anon.post("/v1/completions", json=body), 401, "invalid_api_key")
+        wrong = anon.post("/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-wrong"})
+        is_openai_error(wrong, 401, "invalid_api_key")
+        assert anon.get("/health").status_code == 200  # probes need no key
+        ok = anon.post("/v1/completions", json=body, headers=AUTH)
+        assert ok.status_code == 200, ok.text
+
+
+def test_trace_and_pick_are_off_by_default(client):
+    resp = client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 1}, headers={"x-epp-debug": "1"}
+    )
+    assert resp.status_code == 200
+    assert "x-epp-trace" not in resp.headers
+    is_openai_error(client.post("/v1/pick", json={"model": MODEL, "prompt": "x"}), 404, "NotFound")
+
+
+# ---- metrics ------------------------------------------------------------------------------------
+
+
+def test_client_chosen_labels_do_not_grow_metrics(client):
+    for p in range(1, 41):
+        resp = client.post(
+            "/v1/completions",
+            json={"model": MODEL, "prompt": "p", "max_tokens": 1},
+            headers={"x-gateway-inference-priority": str(p)},
+        )
+        assert resp.status_code == 200
+    far = client.post(
+        "/v1/completions",
+        json={"model": MODEL, "prompt": "p", "max_tokens": 1},
+        headers={"x-gateway-inference-priority": "99999999"},
+    )
+    is_openai_error(far, 400, "BadRequest")
+    text = client.get("/metrics").text
+    priorities = set(re.findall(r'inference_objective_request_total\{[^}]*priority="([^"]*)"', text))
+    assert priorities <= {"0", "other"}, priorities
+
+
+def test_running_requests_gauge_follows_streams(client):
+    def running() -> float:
+        text = client.get("/metrics").text
+        pattern = r'inference_objective_running_requests\{model_name="' + re.escape(MODEL) + r'"\} (\S+)'
+        m = re.search(pattern, text)
+        return float(m.group(1)) if m else -1.0
+
+    body = {"model": MODEL, "stream": True, "max_tokens": 300, "prompt": "count me"}
+    with client.stream("POST", "/v1/completions", json=body) as resp:
+        lines = resp.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        assert running() >= 1.0
+        for _ in lines:
+            pass
+    wait_until(lambda: running() == 0.0, timeout_s=5)
+
+
+# ---- misbehaving pods (run last: they leave the fake pod counted busy for a while) ------------------
+
+
+def test_zz_a_hung_pod_is_left_after_the_first_byte_timeout(client, fake):
+    """A pod that takes requests and never answers: a stream goes elsewhere after
+    first_byte_timeout_s (1 s here) instead of waiting upstream_timeout_s (600 s)."""
+    fake.mode = "hang"
+    before = fake.posts
+    for i in range(20):
+        body = {"model": MODEL, "stream": True, "max_tokens": 2, "prompt": f"hung {i}"}
+        started = time.monotonic()
+        with client.stream("POST", "/v1/completions", json=body, timeout=8) as resp:
+            assert resp.status_code == 200
+            assert not resp.headers["x-gateway-destination-endpoint"].endswith(f":{fake.port}")
+            assert [line for line in resp.iter_lines() if line][-1] == "data: [DONE]"
+        assert time.monotonic() - started < 4
+        if fake.posts - before >= 2:
+            break
+    assert fake.posts - before >= 2, "the fake pod was never picked"
+
+
+def test_zz_a_stream_that_falls_silent_ends_with_an_error_event(client, fake):
+    fake.mode = "stall"
+    for i in range(20):
+        body = {"model": MODEL, "stream": True, "max_tokens": 2, "prompt": f"stall {i}"}
+        started = time.monotonic()
+        with client.stream("POST", "/v1/completions", json=body, timeout=8) as resp:
+            lines = [line for line in resp.iter_lines() if line]
+            on_fake = resp.headers["x-gateway-destination-endpoint"].endswith(f":{fake.port}")
+        if on_fake:
+            assert time.monotonic() - started < 4
+            error = json.loads(lines[-2].removeprefix("data: "))["error"]
+            assert "no data for 1.0 s" in error["message"]
+            assert lines[-1] == "data: [DONE]"
+            return
+    raise AssertionError("the fake pod was never picked")
