@@ -36,6 +36,7 @@ from serve_app.disagg import hand_off
 from serve_app.endpoint_view import EndpointView
 from serve_app.errors import GatewayError, bad_request
 from serve_app.forwarder import Forwarder, UpstreamUnavailable, relay, response_headers
+from serve_app.ingress import SharedPortServer
 from serve_app.parsing import ParsedRequest, parse_request
 from serve_app.ray_runner import RayProfileRunner
 from serve_app.settings import GatewaySettings
@@ -467,8 +468,34 @@ class GatewayCore:
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=2048)
 @serve.ingress(app)
 class Gateway:
-    def __init__(self, config: dict, settings: dict, datastore: Any, profile_actors: dict, hub: Any = None) -> None:
+    """`ingress` ({"host", "port"}): this replica also serves the app on that shared port (see
+    serve_app/ingress.py), the gateway's address. Without it, only Serve's proxy reaches it."""
+
+    async def __init__(
+        self,
+        config: dict,
+        settings: dict,
+        datastore: Any,
+        profile_actors: dict,
+        hub: Any = None,
+        ingress: dict | None = None,
+    ) -> None:
         self.core = GatewayCore(config, settings, datastore, profile_actors, hub)
+        self._ingress: SharedPortServer | None = None
+        if ingress is not None:
+            self._ingress = SharedPortServer(
+                app, ingress["host"], int(ingress["port"]), lambda: serve.get_replica_context().servable_object is self
+            )
+            await self._ingress.start()
+
+    def check_health(self) -> None:
+        """Serve restarts a replica whose shared-port server has stopped."""
+        if self._ingress is not None and not self._ingress.serving:
+            raise RuntimeError(f"the gateway's HTTP server on port {self._ingress.port} is not serving")
+
+    async def __del__(self) -> None:
+        if getattr(self, "_ingress", None) is not None:
+            await self._ingress.stop()
 
     @app.post("/v1/completions")
     async def completions(self, request: Request) -> Response:
@@ -488,7 +515,10 @@ class Gateway:
 
     @app.get("/health")
     async def health(self) -> Response:
-        return JSONResponse({"status": "ok", "service": GATEWAY_SERVICE})
+        # pid and replica (its Ray actor's name, in namespace "serve") say which replica answered:
+        # all of them share one port.
+        replica = serve.get_replica_context().replica_id.to_full_id_str()
+        return JSONResponse({"status": "ok", "service": GATEWAY_SERVICE, "pid": os.getpid(), "replica": replica})
 
     @app.get("/ready")
     async def ready(self) -> Response:

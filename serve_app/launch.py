@@ -13,31 +13,78 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from pydantic import BaseModel, ConfigDict, Field
 
-# Serve's proxy (it balances over replicas but adds ~12 ms) listens here; clients use the replicas'
-# direct-ingress ports, which start at the gateway port.
+# Serve's proxy (it balances over replicas but adds ~12 ms) listens here; clients use the gateway
+# port, which every replica serves itself (serve_app/ingress.py).
 PROXY_PORT_OFFSET = 88
+# A port held by a process that is going away (the last run's replicas) gets this long to free up.
+PORT_FREE_WAIT_S = 5.0
 
 
-def serve_fast_path_env(port: int, replicas: int) -> None:
-    """Ray Serve's fast path (DESIGN.md: +1 ms instead of +13 ms): throughput-optimised Serve with
-    direct ingress, each gateway replica serving HTTP itself on port, port+1, ... Must be set
-    before Ray starts, so Serve's controller and replicas inherit it."""
+def serve_fast_path_env() -> None:
+    """Throughput-optimised Serve (DESIGN.md: +1 ms instead of +13 ms) without Serve's direct
+    ingress: each gateway replica serves HTTP itself on the shared gateway port. Must be set before
+    Ray starts, so Serve's controller and replicas inherit it."""
     os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
-    os.environ.setdefault("RAY_SERVE_ENABLE_DIRECT_INGRESS", "1")
+    # Direct ingress would bind port, port+1, ... itself (without SO_REUSEADDR): ours replaces it.
+    os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "0"
+
+
+def serve_direct_ingress_env(port: int, replicas: int) -> None:
+    """Serve's own direct ingress (replica i serves HTTP on port + i), for the benchmarks'
+    yardstick forwarder. Must be set before Ray starts."""
+    os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
+    os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "1"
     os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"] = str(port)
     os.environ["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"] = str(port + max(replicas, 1) + 8)
-    # A released port is kept out of use for 150 s by default (for HAProxy, which we do not use);
-    # without this a restarted gateway would move to another port.
     os.environ.setdefault("RAY_SERVE_PORT_QUARANTINE_S", "0")
-    # Direct ingress waits this long for a replica to drain before it stops (default 30 s).
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT", str(port + 200))
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT", str(port + 300))
 
 
+def local_ray_env() -> None:
+    """Keep a local Ray's servers on 127.0.0.1 where Ray lets us (README "Network exposure").
+    Must be set before Ray starts; its processes inherit it."""
+    # ray.init(_node_ip_address="127.0.0.1") alone is turned into the machine's address
+    # (services.resolve_ip_for_localhost); with "clusters" off, Ray keeps the loopback address, and
+    # then binds the dashboard head's, the autoscaler monitor's and the dashboard agent's
+    # Prometheus endpoints and the runtime-env agent to 127.0.0.1 instead of 0.0.0.0 / the node IP.
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
 class LaunchError(RuntimeError):
     """Something the user gave us (config, pods file, settings) or the environment is wrong."""
+
+
+class LaunchSpec(BaseModel):
+    """What to bring up. Config: `config` (a dict) or `config_path` (default configs/default.yaml).
+    Pods: `pods` (PodSpecs) or `pods_path`, else `sim_pods` simulated pods. Settings: `settings`
+    or `settings_path`. `address`: join that Ray cluster instead of starting a local one."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    config_path: str | None = None
+    config: dict | None = None
+    pods_path: str | None = None
+    pods: list[Any] | None = None
+    sim_pods: int = Field(default=4, ge=1)
+    sim_time_scale: float = Field(default=1.0, gt=0)
+    sim_pod_overrides: dict = Field(default_factory=dict)
+    settings_path: str | None = None
+    settings: dict | None = None
+    address: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, gt=0, lt=65536)
+    replicas: int = Field(default=1, ge=1)
+    proxy_port: int | None = None
+    app_name: str = "epp"
+
+    @property
+    def serve_proxy_port(self) -> int:
+        return self.proxy_port or self.port + PROXY_PORT_OFFSET
 
 
 @dataclass
@@ -47,83 +94,73 @@ class EppDeployment:
     hub: Any
     url: str
     sim: Any = None
-    urls: list[str] = field(default_factory=list)  # one per replica (direct ingress)
     owns_ray: bool = False
     ray_children: list[int] = field(default_factory=list)
 
     @classmethod
-    def start(
-        cls,
-        config_path: str | None = None,
-        config: dict | None = None,
-        pods_path: str | None = None,
-        pods: list[Any] | None = None,
-        sim_pods: int = 4,
-        sim_time_scale: float = 1.0,
-        sim_pod_overrides: dict | None = None,
-        settings_path: str | None = None,
-        settings: dict | None = None,
-        address: str | None = None,
-        host: str = "127.0.0.1",
-        port: int = 8000,
-        replicas: int = 1,
-        proxy_port: int | None = None,
-        app_name: str = "epp",
-    ) -> EppDeployment:
-        serve_fast_path_env(port, replicas)
-        import ray
-        from ray import serve
-
-        from actors.launcher import load_pods_file, start_epp_actors
-        from actors.metrics_hub import get_or_create_hub
-        from scheduler import ConfigError, dump_config, load_config, load_config_file
-        from serve_app.gateway import Gateway
-        from serve_app.settings import GatewaySettings, load_settings_file
-
-        # Validate everything the user gave before starting anything.
-        try:
-            cfg = load_config(config) if config is not None else load_config_file(config_path or DEFAULT_CONFIG)
-        except ConfigError as err:
-            raise LaunchError(str(err)) from None
-        try:
-            gw_settings = (
-                load_settings_file(settings_path) if settings_path else GatewaySettings.model_validate(settings or {})
-            )
-            pod_specs = list(pods) if pods is not None else (load_pods_file(pods_path) if pods_path else None)
-        except ValueError as err:
-            raise LaunchError(str(err)) from None
-
+    def start(cls, spec: LaunchSpec | None = None, /, **fields: Any) -> EppDeployment:
+        """Validate everything the user gave, check the ports, then start; on any failure stop
+        what was started. `start(LaunchSpec(...))`; `start(port=..., ...)` builds the spec."""
+        if spec is None:
+            spec = LaunchSpec(**fields)
+        elif fields:
+            raise TypeError("EppDeployment.start takes a LaunchSpec or its fields, not both")
+        if spec.address is None:
+            local_ray_env()  # before anything imports ray: its constants read the environment then
+        cfg, gw_settings, pod_specs = _validate(spec)
+        _check_ports(spec)
+        serve_fast_path_env()
         sim = None
         if pod_specs is None:
-            sim, pod_specs = _start_sim(sim_pods, sim_time_scale, sim_pod_overrides or {})
-        dep = cls(pods=pod_specs, actors=None, hub=None, url=f"http://{host}:{port}", sim=sim)
+            sim, pod_specs = _start_sim(spec.sim_pods, spec.sim_time_scale, spec.sim_pod_overrides)
+        dep = cls(pods=pod_specs, actors=None, hub=None, url=f"http://{spec.host}:{spec.port}", sim=sim)
         try:
-            if not ray.is_initialized():
-                dep.owns_ray = address is None
-                if address is None:
-                    ray.init(
-                        num_cpus=os.cpu_count() or 2,
-                        include_dashboard=False,
-                        log_to_driver=False,
-                        _node_ip_address="127.0.0.1",
-                        namespace="ray-epp",
-                    )
-                else:
-                    ray.init(address=address, namespace="ray-epp", log_to_driver=False)
-                dep.ray_children = [p.pid for p in psutil.Process().children(recursive=True)]
-            dep.actors = start_epp_actors(dump_config(cfg), pod_specs)
-            dep.hub = get_or_create_hub()
-            serve.start(http_options={"host": host, "port": proxy_port or port + PROXY_PORT_OFFSET})
-            gateway = Gateway.options(num_replicas=replicas).bind(
-                dump_config(cfg), gw_settings.model_dump(), dep.actors.datastore, dep.actors.profiles, dep.hub
-            )
-            serve.run(gateway, name=app_name, route_prefix="/")
-            dep.urls = _find_replicas(host, port, replicas, timeout_s=120)
-            dep.url = dep.urls[0]
+            dep._start_ray(spec.address)
+            dep._deploy(spec, cfg, gw_settings)
         except BaseException:
             dep.stop()
             raise
         return dep
+
+    def _start_ray(self, address: str | None) -> None:
+        import ray
+
+        if ray.is_initialized():
+            return
+        self.owns_ray = address is None
+        if address is None:
+            ray.init(
+                num_cpus=os.cpu_count() or 2,
+                include_dashboard=False,
+                log_to_driver=False,
+                _node_ip_address="127.0.0.1",
+                namespace="ray-epp",
+            )
+        else:
+            ray.init(address=address, namespace="ray-epp", log_to_driver=False)
+        self.ray_children = [p.pid for p in psutil.Process().children(recursive=True)]
+
+    def _deploy(self, spec: LaunchSpec, cfg: Any, gw_settings: Any) -> None:
+        from ray import serve
+
+        from actors.launcher import start_epp_actors
+        from actors.metrics_hub import get_or_create_hub
+        from scheduler import dump_config
+        from serve_app.gateway import Gateway
+
+        self.actors = start_epp_actors(dump_config(cfg), self.pods)
+        self.hub = get_or_create_hub()
+        serve.start(http_options={"host": spec.host, "port": spec.serve_proxy_port})
+        gateway = Gateway.options(num_replicas=spec.replicas).bind(
+            dump_config(cfg),
+            gw_settings.model_dump(),
+            self.actors.datastore,
+            self.actors.profiles,
+            self.hub,
+            {"host": spec.host, "port": spec.port},
+        )
+        serve.run(gateway, name=spec.app_name, route_prefix="/")
+        self.url = wait_for_gateway(spec.host, spec.port, spec.app_name, spec.replicas, timeout_s=120)
 
     def example_model(self) -> str:
         if self.sim is not None:
@@ -167,40 +204,88 @@ def _start_sim(n: int, time_scale: float, overrides: dict) -> tuple[Any, list[An
     return sim, specs
 
 
-def _find_replicas(host: str, port: int, replicas: int, timeout_s: float) -> list[str]:
-    """The gateway replicas' direct-ingress URLs, once every one is ready. Serve gives replicas the
-    first free ports from `port` up; a port still held by a process that is going away moves a
-    replica to the next one, so look rather than assume."""
+def _validate(spec: LaunchSpec) -> tuple[Any, Any, list[Any] | None]:
+    from actors.launcher import load_pods_file
+    from scheduler import ConfigError, load_config, load_config_file
+    from serve_app.settings import GatewaySettings, load_settings_file
+
+    try:
+        if spec.config is not None:
+            cfg = load_config(spec.config)
+        else:
+            cfg = load_config_file(spec.config_path or DEFAULT_CONFIG)
+    except ConfigError as err:
+        raise LaunchError(str(err)) from None
+    try:
+        if spec.settings_path:
+            gw_settings = load_settings_file(spec.settings_path)
+        else:
+            gw_settings = GatewaySettings.model_validate(spec.settings or {})
+        if spec.pods is not None:
+            pod_specs = list(spec.pods)
+        else:
+            pod_specs = load_pods_file(spec.pods_path) if spec.pods_path else None
+    except ValueError as err:
+        raise LaunchError(str(err)) from None
+    return cfg, gw_settings, pod_specs
+
+
+def _check_ports(spec: LaunchSpec) -> None:
+    """The gateway port and Serve's proxy port must be free (a connection of an earlier run in
+    TIME_WAIT is fine): come up on the port asked for, or say who holds it."""
+    from serve_app.ingress import PortInUse, check_port_free
+
+    for what, port in (("gateway", spec.port), ("Serve proxy", spec.serve_proxy_port)):
+        deadline = time.monotonic() + PORT_FREE_WAIT_S
+        while True:
+            try:
+                check_port_free(spec.host, port)
+                break
+            except PortInUse as err:
+                if time.monotonic() > deadline:
+                    flag = "--port" if what == "gateway" else "--proxy-port"
+                    raise LaunchError(f"the {what} {err}; stop it or choose another {flag}") from None
+                time.sleep(0.25)
+            except OSError as err:
+                raise LaunchError(f"can not bind the {what} port {spec.host}:{port}: {err.strerror}") from None
+
+
+def wait_for_gateway(host: str, port: int, app_name: str, replicas: int, timeout_s: float) -> str:
+    """The gateway's URL once Serve runs every replica (each one joins the port's group before
+    its constructor returns) and the port answers /ready."""
     import json
     import urllib.error
     import urllib.request
 
+    from ray import serve
+
     from serve_app.gateway import GATEWAY_SERVICE
 
+    url = f"http://{host}:{port}"
     deadline = time.monotonic() + timeout_s
-    candidates = range(port, port + max(replicas, 1) + 8)
     last = ""
     while time.monotonic() < deadline:
-        found = []
-        for p in candidates:
-            url = f"http://{host}:{p}"
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-                    if json.loads(resp.read()).get("service") != GATEWAY_SERVICE:
-                        continue
-                with urllib.request.urlopen(f"{url}/ready", timeout=5) as resp:
-                    if resp.status == 200:
-                        found.append(url)
-            except urllib.error.HTTPError as err:
-                last = f"{url}/ready answered {err.code}"
-            except (OSError, ValueError) as err:
-                last = f"{url}: {err}"
-        if len(found) >= replicas:
-            return found
+        try:
+            app = serve.status().applications.get(app_name)
+            running = 0
+            if app is not None:
+                running = sum(d.replica_states.get("RUNNING", 0) for d in app.deployments.values())
+            if running < replicas:
+                last = f"{running} of {replicas} replicas running"
+                time.sleep(0.25)
+                continue
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                if json.loads(resp.read()).get("service") != GATEWAY_SERVICE:
+                    raise LaunchError(f"{url} answers, but it is not a Ray EPP gateway")
+            with urllib.request.urlopen(f"{url}/ready", timeout=5) as resp:
+                if resp.status == 200:
+                    return url
+        except urllib.error.HTTPError as err:
+            last = f"{url}/ready answered {err.code}"
+        except (OSError, ValueError) as err:
+            last = f"{url}: {err}"
         time.sleep(0.25)
-    raise LaunchError(
-        f"the gateway did not become ready on ports {port}-{candidates[-1]} in {timeout_s:.0f} s ({last})"
-    )
+    raise LaunchError(f"the gateway did not become ready on {url} in {timeout_s:.0f} s ({last})")
 
 
 def _kill_leftovers(pids: list[int]) -> None:

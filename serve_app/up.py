@@ -26,7 +26,10 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="HTTP host (default %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default %(default)s)")
     p.add_argument(
-        "--replicas", type=int, default=1, help="gateway replicas (default 1); replica i answers directly on --port + i"
+        "--replicas",
+        type=int,
+        default=1,
+        help="gateway replicas (default 1), all serving --port; with 2 or more the port survives a replica's death",
     )
     p.add_argument(
         "--proxy-port",
@@ -38,10 +41,10 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from serve_app.launch import EppDeployment, LaunchError
+    from serve_app.launch import EppDeployment, LaunchError, LaunchSpec
 
     try:
-        deployment = EppDeployment.start(
+        spec = LaunchSpec(
             config_path=args.config,
             pods_path=args.pods,
             sim_pods=args.sim_pods,
@@ -53,7 +56,8 @@ def run_up(args: argparse.Namespace) -> int:
             replicas=args.replicas,
             proxy_port=args.proxy_port,
         )
-    except LaunchError as err:
+        deployment = EppDeployment.start(spec)
+    except (LaunchError, ValueError) as err:  # pydantic's ValidationError is a ValueError
         print(f"epp up: {err}", file=sys.stderr)
         return 2
     stop = threading.Event()
@@ -61,10 +65,9 @@ def run_up(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     url = deployment.url
     model = deployment.example_model()
-    more = f"\n  every replica: {' '.join(deployment.urls)}" if len(deployment.urls) > 1 else ""
     print(
         f"""
-Ray EPP is up: {url}  ({len(deployment.pods)} pods, config {args.config}){more}
+Ray EPP is up: {url}  ({len(deployment.pods)} pods, {args.replicas} gateway replica(s), config {args.config})
   curl -s {url}/v1/completions -H 'content-type: application/json' \\
     -d '{{"model": "{model}", "prompt": "Hello, my name is", "max_tokens": 16}}'
   metrics: {url}/metrics   ready: {url}/ready   models: {url}/v1/models

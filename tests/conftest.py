@@ -8,7 +8,7 @@ import os
 import pytest
 
 RAY_TEST_NAMESPACE = "ray-epp-tests"
-# The gateway tests' Serve replica answers here (direct ingress); Serve's proxy at +88.
+# The gateway tests' replicas serve this port (serve_app/ingress.py); Serve's proxy at +88.
 GATEWAY_TEST_PORT = int(os.environ.get("EPP_TEST_PORT", "18400"))  # several checkouts may test at once
 
 
@@ -21,7 +21,7 @@ def ray_session():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from serve_app.launch import serve_fast_path_env
 
-    serve_fast_path_env(GATEWAY_TEST_PORT, 2)  # before Ray starts: Serve's processes inherit it
+    serve_fast_path_env()  # before Ray starts: Serve's processes inherit it
     import ray
 
     started = False

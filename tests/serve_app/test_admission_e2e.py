@@ -37,13 +37,15 @@ def sim():
 @pytest.fixture(scope="module")
 def client(ray_session, sim, tmp_path_factory):
     from actors.launcher import PodSpec
-    from serve_app.launch import EppDeployment
+    from serve_app.launch import EppDeployment, LaunchSpec
 
     path = tmp_path_factory.mktemp("admission") / "config.yaml"
     path.write_text(CONFIG)
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
     dep = EppDeployment.start(
-        config_path=str(path), pods=pods, settings={"objectives": {"batch": -1, "chat": 1}}, port=GATEWAY_TEST_PORT
+        LaunchSpec(
+            config_path=str(path), pods=pods, settings={"objectives": {"batch": -1, "chat": 1}}, port=GATEWAY_TEST_PORT
+        )
     )
     with httpx.Client(base_url=dep.url, timeout=120) as c:
         yield c

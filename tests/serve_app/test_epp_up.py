@@ -1,17 +1,22 @@
-"""`epp up` as a user runs it: it serves, Ctrl-C stops it, and no Ray process outlives it; a bad
-config or pods file stops it with one clear message."""
+"""`epp up` as a user runs it: it serves, Ctrl-C stops it, and no Ray process outlives it; started
+again at once it comes up on the same port; a held port, a bad config or pods file stops it with
+one clear message; it listens on 127.0.0.1 only."""
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -21,9 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 EPP = str(Path(sys.executable).parent / "epp")
 
 
-def test_up_serves_and_ctrl_c_leaves_no_ray_process():
+def start_up(port: int, *extra: str) -> tuple[subprocess.Popen, str]:
+    """`epp up` in its own session; returns it with the URL it printed once up."""
     proc = subprocess.Popen(
-        [EPP, "up", "--port", str(GATEWAY_TEST_PORT + 250), "--sim-pods", "2"],
+        [EPP, "up", "--port", str(port), "--sim-pods", "2", *extra],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -31,31 +37,125 @@ def test_up_serves_and_ctrl_c_leaves_no_ray_process():
         start_new_session=True,
     )
     try:
-        url = None
         deadline = time.monotonic() + 240
-        while url is None and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line and proc.poll() is not None:
                 pytest.fail(f"epp up exited with {proc.returncode} before it was up")
             if line.startswith("Ray EPP is up: "):
-                url = line.split()[4]
-        assert url, "epp up did not come up in time"
-        assert "curl -s" in proc.stdout.readline()
+                assert "curl -s" in proc.stdout.readline()
+                return proc, line.split()[4]
+        pytest.fail("epp up did not come up in time")
+    except BaseException:
+        stop_up(proc)
+        raise
+
+
+def stop_up(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def complete(url: str, http10: bool = False) -> None:
+    """One completion. HTTP/1.0: the server closes the connection, so its side is left in
+    TIME_WAIT on the gateway port."""
+    body = json.dumps({"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "Hi", "max_tokens": 3}).encode()
+    if http10:
+        with httpx.Client(timeout=60, headers={"connection": "close"}) as c:
+            resp = c.post(f"{url}/v1/completions", content=body, headers={"content-type": "application/json"})
+        assert resp.status_code == 200
+        return
+    req = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 200
+        assert resp.headers["x-gateway-destination-endpoint"].startswith("127.0.0.1:")
+
+
+def server_time_wait(port: int) -> int:
+    return sum(
+        1
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_TIME_WAIT and c.laddr and c.laddr.port == port
+    )
+
+
+def test_up_serves_and_ctrl_c_leaves_no_ray_process():
+    port = GATEWAY_TEST_PORT + 250
+    proc, url = start_up(port)
+    try:
+        assert url == f"http://127.0.0.1:{port}"
         descendants = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
         assert any("raylet" in " ".join(psutil.Process(p).cmdline()) for p in descendants if psutil.pid_exists(p))
-        body = json.dumps({"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "Hi", "max_tokens": 3}).encode()
-        req = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"content-type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            assert resp.status == 200
-            assert resp.headers["x-gateway-destination-endpoint"].startswith("127.0.0.1:")
+        complete(url)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(120) == 0
         time.sleep(1)
         alive = [p for p in descendants if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         assert alive == [], [" ".join(psutil.Process(p).cmdline())[:120] for p in alive]
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_up(proc)
+
+
+def test_up_restarted_at_once_comes_up_on_the_same_port():
+    """Ctrl-C, start again within a second, twice: the port is the one asked for each time, though
+    the last run's connections still sit in TIME_WAIT on it."""
+    port = GATEWAY_TEST_PORT + 252
+    for _run in range(3):
+        proc, url = start_up(port)
+        try:
+            assert url == f"http://127.0.0.1:{port}"
+            for _ in range(3):
+                complete(url, http10=True)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(120) == 0
+        finally:
+            stop_up(proc)
+        assert server_time_wait(port) > 0  # what moved the gateway to the next port before
+
+
+def test_up_on_a_held_port_names_the_process_that_holds_it():
+    port = GATEWAY_TEST_PORT + 254
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        proc = subprocess.run([EPP, "up", "--port", str(port)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("epp up: ")
+    assert f"port {port} on 127.0.0.1 is in use by pid {os.getpid()}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def listening(pids: set[int]) -> list[tuple[str, int, str]]:
+    out = []
+    for c in psutil.net_connections(kind="inet"):
+        if c.status == psutil.CONN_LISTEN and c.pid in pids:
+            with contextlib.suppress(psutil.Error):
+                out.append((c.laddr.ip, c.laddr.port, psutil.Process(c.pid).name()))
+    return out
+
+
+def is_loopback(ip: str) -> bool:
+    return ipaddress.ip_address(ip.removeprefix("::ffff:")).is_loopback
+
+
+def test_up_listens_on_loopback_only():
+    """The embedded default: everything of the run (the gateway, the profile actors' channel, the
+    simulated pods, and Ray's own servers) listens on 127.0.0.1, except the one gRPC server Serve
+    gives each replica on all interfaces (token-authenticated; README "Network exposure")."""
+    port = GATEWAY_TEST_PORT + 256
+    proc, url = start_up(port)
+    try:
+        complete(url)
+        run = {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+        sockets = listening(run)
+        ours = [s for s in sockets if s[1] == port or s[2].startswith(("ray::ProfileActor", "epp", "python"))]
+        assert any(s[1] == port for s in ours)
+        assert [s for s in ours if not is_loopback(s[0])] == []
+        beyond = [s for s in sockets if not is_loopback(s[0])]
+        assert all(s[2].startswith("ray::ServeReplica") for s in beyond), beyond
+        assert len(beyond) <= 1, beyond  # one replica: Serve's inter-deployment gRPC server
+    finally:
+        stop_up(proc)
 
 
 @pytest.mark.parametrize(

@@ -30,10 +30,10 @@ def sim():
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim):
     from actors.launcher import PodSpec
-    from serve_app.launch import EppDeployment
+    from serve_app.launch import EppDeployment, LaunchSpec
 
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
-    dep = EppDeployment.start(
+    spec = LaunchSpec(
         config_path="configs/default.yaml",
         pods=pods,
         settings={
@@ -44,6 +44,7 @@ def gateway(ray_session, sim):
         },
         port=GATEWAY_TEST_PORT,
     )
+    dep = EppDeployment.start(spec)
     yield dep
     dep.stop()
 
@@ -158,7 +159,9 @@ def test_bad_input_gets_openai_errors(client, content, headers, status, fragment
 
 
 def test_debug_header_returns_trace_and_pick_endpoint(client):
-    resp = client.post("/v1/completions", json={"model": MODEL, "prompt": "trace me", "max_tokens": 1}, headers=DEBUG)
+    resp = client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": "trace me", "max_tokens": 1}, headers=DEBUG
+    )
     trace = json.loads(resp.headers["x-epp-trace"])
     prof = trace["trace"]["profiles"]["default"]
     assert {s["type"] for s in prof["scorers"]} == {

@@ -117,11 +117,13 @@ def fake(sim):
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim, fake):
     from actors.launcher import PodSpec
-    from serve_app.launch import EppDeployment
+    from serve_app.launch import EppDeployment, LaunchSpec
 
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
     pods.append(PodSpec(name="fake", address="127.0.0.1", port=fake.port, labels={}))
-    dep = EppDeployment.start(config_path="configs/default.yaml", pods=pods, settings=SETTINGS, port=GATEWAY_TEST_PORT)
+    dep = EppDeployment.start(
+        LaunchSpec(config_path="configs/default.yaml", pods=pods, settings=SETTINGS, port=GATEWAY_TEST_PORT)
+    )
     with httpx.Client(base_url=dep.url, timeout=10) as c:
         wait_until(lambda: c.get("/ready").json()["ready_endpoints"] == 3, timeout_s=30)
     yield dep

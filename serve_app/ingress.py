@@ -1,0 +1,155 @@
+"""The gateway's address: every gateway replica of a node serves HTTP on the same port.
+
+Each replica opens its own listening socket with SO_REUSEADDR + SO_REUSEPORT on the gateway port and
+runs uvicorn on it with the gateway's FastAPI app. The kernel spreads new connections over the
+sockets of the group; a dead replica's socket leaves the group, so new connections go to the
+survivors at once, and the replica Serve starts in its place joins again. SO_REUSEADDR lets a
+restarted gateway bind while the last run's connections still sit in TIME_WAIT, so it keeps its
+port. Serve's own direct ingress (one port per replica, bound without SO_REUSEADDR) has neither."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import socket
+from collections.abc import Callable, Generator
+from typing import Any
+
+import psutil
+
+STARTUP_TIMEOUT_S = 30.0
+
+
+def reuseport_socket(host: str, port: int) -> socket.socket:
+    """A bound (not yet listening) socket that joins the port's SO_REUSEPORT group on listen().
+    Linux only lets sockets of the same user share the port, and only if every one of them set
+    SO_REUSEPORT: a port held by anything else still fails with EADDRINUSE."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise PortInUse(host, port) from None
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+class PortInUse(OSError):
+    """The gateway port is held by a process that is not a gateway replica of this deployment."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        held = port_holders(port)
+        by = f" by {', '.join(held)}" if held else " (by a process this user can not see)"
+        super().__init__(errno.EADDRINUSE, f"port {port} on {host} is in use{by}")
+
+
+def port_holders(port: int) -> list[str]:
+    """Who listens on a TCP port, as 'pid N (name: cmdline)', for error messages."""
+    out: list[str] = []
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status != psutil.CONN_LISTEN or not conn.laddr or conn.laddr.port != port:
+                continue
+            if conn.pid is None:
+                out.append(f"a socket on {conn.laddr.ip}:{port} of an unknown process")
+                continue
+            try:
+                proc = psutil.Process(conn.pid)
+                cmd = " ".join(proc.cmdline())[:100]
+                out.append(f"pid {conn.pid} ({proc.name()}: {cmd})")
+            except psutil.Error:
+                out.append(f"pid {conn.pid}")
+    return sorted(set(out))
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise PortInUse when something listens on host:port. Binds with SO_REUSEADDR but not
+    SO_REUSEPORT, so a TIME_WAIT connection does not count and any listener (even a gateway replica
+    of another run, which would otherwise share the port with ours) does."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise PortInUse(host, port) from None
+            raise
+
+
+class _Server:
+    """uvicorn's Server without its signal handlers: the replica's process owns its signals."""
+
+    @staticmethod
+    def make(app: Any, host: str, port: int) -> Any:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Generator[None, None, None]:
+                yield
+
+            def install_signal_handlers(self) -> None:  # uvicorn < 0.29's name for the same
+                pass
+
+        config = uvicorn.Config(
+            app, host=host, port=port, lifespan="off", access_log=False, log_config=None, timeout_graceful_shutdown=5
+        )
+        return Server(config)
+
+
+class SharedPortServer:
+    """One replica's HTTP server on the shared port. Requests that arrive before `ready()` (Serve
+    sets the replica context a moment after the constructor returns) wait for it."""
+
+    def __init__(self, app: Any, host: str, port: int, ready: Callable[[], bool]) -> None:
+        self._app = app
+        self._ready = ready
+        self._is_ready = False
+        self.host, self.port = host, port
+        self._server: Any = None
+        self._task: asyncio.Task | None = None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if not self._is_ready:
+            while not self._ready():
+                await asyncio.sleep(0.01)
+            self._is_ready = True
+        await self._app(scope, receive, send)
+
+    async def start(self) -> None:
+        """Bind, listen, and return once the socket is in the port's group."""
+        sock = reuseport_socket(self.host, self.port)
+        self._server = _Server.make(self, self.host, self.port)
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STARTUP_TIMEOUT_S
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises what stopped it
+                raise RuntimeError(f"the gateway's HTTP server on {self.host}:{self.port} stopped at startup")
+            if loop.time() > deadline:
+                raise RuntimeError(f"the gateway's HTTP server on {self.host}:{self.port} did not start")
+            await asyncio.sleep(0.005)
+
+    @property
+    def serving(self) -> bool:
+        return self._task is not None and not self._task.done() and bool(self._server.started)
+
+    async def stop(self) -> None:
+        """Leave the port's group first (new connections go to the other replicas), then let the
+        requests in flight finish (bounded by uvicorn's graceful timeout)."""
+        if self._server is None or self._task is None:
+            return
+        for server in getattr(self._server, "servers", []):
+            server.close()
+        self._server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self._task), 10)

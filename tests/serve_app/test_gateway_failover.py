@@ -1,0 +1,125 @@
+"""The gateway's address survives a replica's death: two replicas share one port (SO_REUSEPORT);
+killing one under load refuses no connection, fails at most the requests it had in flight, the
+port keeps answering, and Serve's replacement joins the port again."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import GATEWAY_TEST_PORT
+
+pytestmark = pytest.mark.ray
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+WORKERS = 4
+
+
+@pytest.fixture(scope="module")
+def gateway(ray_session):
+    from actors.launcher import PodSpec
+    from serve_app.launch import EppDeployment, LaunchSpec
+    from simulator import start_sim_pods_in_thread
+
+    with start_sim_pods_in_thread(2, time_scale=1.0, seed=3) as sim:
+        pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
+        dep = EppDeployment.start(LaunchSpec(pods=pods, port=GATEWAY_TEST_PORT, replicas=2))
+        try:
+            yield dep
+        finally:
+            dep.stop()
+
+
+def replicas(url: str, want: int, tries: int = 400) -> dict[str, int]:
+    """The replicas behind the port (actor name -> pid), seen over fresh connections (the kernel
+    spreads them over the port's sockets)."""
+    seen: dict[str, int] = {}
+    for _ in range(tries):
+        with httpx.Client(timeout=5) as c:  # a new connection each time
+            health = c.get(f"{url}/health").json()
+        seen[health["replica"]] = health["pid"]
+        if len(seen) >= want:
+            break
+    return seen
+
+
+class Load:
+    """WORKERS threads, each one request at a time on a fresh connection, bounded in time."""
+
+    def __init__(self, url: str, duration_s: float) -> None:
+        self.url = url
+        self.deadline = time.monotonic() + duration_s
+        self.lock = threading.Lock()
+        self.ok: list[float] = []  # completion times
+        self.refused: list[str] = []
+        self.failed: list[str] = []
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(WORKERS)]
+
+    def _run(self) -> None:
+        body = {"model": MODEL, "prompt": "hello there", "max_tokens": 8}
+        while time.monotonic() < self.deadline:
+            try:
+                with httpx.Client(timeout=30) as c:
+                    resp = c.post(f"{self.url}/v1/completions", json=body)
+                with self.lock:
+                    if resp.status_code == 200:
+                        self.ok.append(time.monotonic())
+                    else:
+                        self.failed.append(f"{resp.status_code} {resp.text[:80]}")
+            except httpx.ConnectError as err:
+                with self.lock:
+                    self.refused.append(repr(err))
+                time.sleep(0.05)
+            except httpx.HTTPError as err:  # the connection broke mid-request
+                with self.lock:
+                    self.failed.append(repr(err))
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for t in self.threads:
+            t.join(60)
+
+
+def test_killing_a_replica_under_load_keeps_the_address_up(gateway):
+    import ray
+    from ray import serve
+
+    url = gateway.url
+    assert url == f"http://127.0.0.1:{GATEWAY_TEST_PORT}"
+    before = replicas(url, 2)
+    assert len(before) == 2, f"both replicas serve the one port: saw {before}"
+    victim = min(before)
+    handle = ray.get_actor(victim, namespace="serve")
+
+    with Load(url, duration_s=8.0) as load:
+        time.sleep(2.0)
+        killed_at = time.monotonic()
+        ray.kill(handle, no_restart=True)
+    after = [t for t in load.ok if t > killed_at + 0.5]
+    assert load.refused == [], load.refused[:5]
+    assert len(load.failed) <= WORKERS, load.failed  # at most the requests in flight on the victim
+    assert len(after) > 20, f"the survivor kept serving: {len(after)} answers after the kill"
+    gaps = [b - a for a, b in itertools.pairwise(sorted(load.ok)) if a > killed_at]
+    assert max(gaps, default=0) < 1.0, f"the port answered throughout: longest gap {max(gaps):.2f} s"
+
+    print(f"\nfailover: {len(load.ok)} answered, {len(load.failed)} failed, {len(load.refused)} refused")
+    # Serve replaces the replica; the new one joins the port.
+    deadline = time.monotonic() + 90
+    fresh: dict[str, int] = {}
+    while time.monotonic() < deadline and not fresh:
+        status = serve.status().applications["epp"].deployments["Gateway"]
+        if status.replica_states.get("RUNNING", 0) == 2:
+            fresh = {r: pid for r, pid in replicas(url, 2, tries=100).items() if r not in before}
+        time.sleep(0.5)
+    assert fresh, "a new replica serves the port again"
+    print(f"failover: the replacement serves the port {time.monotonic() - killed_at:.1f} s after the kill")
+    now = replicas(url, 2)
+    assert len(now) == 2 and victim not in now, now
