@@ -287,7 +287,7 @@ def run_e2e(quick: bool, seed: int = 0, time_scale: float = 1.0, port: int = E2E
 
     rates = list(rates or ((4.0,) if quick else (2.0, 4.0, 6.0)))
     duration = 15.0 if quick else 30.0
-    serve_fast_path_env(port, 1)  # before Ray starts: Serve's processes inherit it
+    serve_fast_path_env()  # before Ray starts: Serve's processes inherit it
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
              _node_ip_address="127.0.0.1", namespace="ray-epp-pd-bench")  # fmt: skip
@@ -317,13 +317,13 @@ def _e2e_setup(setup: Setup, rates: list[float], duration: float, seed: int, sca
     from actors.launcher import PodSpec
     from bench.e2e import _replay
     from bench.metrics import summarize
-    from serve_app.launch import EppDeployment
+    from serve_app.launch import EppDeployment, LaunchSpec
     from simulator import start_sim_pods_in_thread
 
     out = []
     with start_sim_pods_in_thread(setup.pods(), time_scale=scale, seed=seed) as sim:
         specs = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
-        dep = EppDeployment.start(config=setup.config(), pods=specs, port=port)
+        dep = EppDeployment.start(LaunchSpec(config=setup.config(), pods=specs, port=port))
         try:
             # Warm-up, not counted: 4 short and 4 long prompts; then the counters' push (every second).
             asyncio.run(_replay([dep.url], long_prompts(2.0, 2, seed + 999), scale, 60.0, 4))

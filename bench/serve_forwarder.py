@@ -7,7 +7,7 @@ import itertools
 import signal
 import threading
 
-from serve_app.launch import serve_fast_path_env
+from serve_app.launch import serve_direct_ingress_env
 
 
 def main() -> None:
@@ -15,7 +15,7 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--workers", nargs="+", required=True)
     a = p.parse_args()
-    serve_fast_path_env(a.port, 1)
+    serve_direct_ingress_env(a.port, 1)
 
     import aiohttp
     import ray

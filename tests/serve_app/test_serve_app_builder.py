@@ -18,7 +18,7 @@ def test_build_app_serves_behind_serve_run(ray_session, tmp_path):
     from ray import serve
 
     from serve_app.app import build_app
-    from serve_app.launch import _find_replicas
+    from serve_app.launch import wait_for_gateway
     from simulator import start_sim_pods_in_thread
 
     with start_sim_pods_in_thread(2, time_scale=1.0) as sim:
@@ -26,8 +26,9 @@ def test_build_app_serves_behind_serve_run(ray_session, tmp_path):
         pods.write_text(json.dumps(sim.pods_json()))
         serve.start(http_options={"host": "127.0.0.1", "port": GATEWAY_TEST_PORT + 88})
         try:
-            serve.run(build_app({"pods": str(pods), "detached": "false"}), name="built", route_prefix="/")
-            url = _find_replicas("127.0.0.1", GATEWAY_TEST_PORT, 1, timeout_s=120)[0]
+            app = build_app({"pods": str(pods), "detached": "false", "port": str(GATEWAY_TEST_PORT)})
+            serve.run(app, name="built", route_prefix="/")
+            url = wait_for_gateway("127.0.0.1", GATEWAY_TEST_PORT, "built", 1, timeout_s=120)
             resp = httpx.post(
                 f"{url}/v1/completions",
                 json={"model": sim.pods[0].config.model, "prompt": "hi", "max_tokens": 2},
