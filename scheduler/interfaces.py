@@ -163,10 +163,22 @@ class SaturationDetector(Plugin):
 class PDDecider(Plugin):
     """Decides, once the decode profile has picked its endpoint, whether a disaggregated stage runs
     for this request (llm-d's decider plugins): the prefill stage of P/D, or the encode stage of
-    E/P/D. Configured as a plugin outside any profile and named by the `disagg-profile-handler`."""
+    E/P/D. Configured as a plugin outside any profile and named by the `disagg-profile-handler`.
+
+    With the handler's `parallelStages`, a stage whose decider `might_disaggregate` runs beside
+    decode in one round and is discarded if `disaggregate` then says no. A decider that needs more
+    than the same round's decode target (e.g. another stage's result) sets `parallel_round = False`:
+    its stage then runs in a later round, as without the option."""
+
+    parallel_round: bool = True
 
     @abstractmethod
     def disaggregate(self, cycle_state: CycleState, request: LLMRequest, decode_endpoint: Endpoint) -> bool: ...
+
+    def might_disaggregate(self, cycle_state: CycleState, request: LLMRequest) -> bool:
+        """False only when `disaggregate` will say no whatever the decode target (e.g. the prompt is
+        too short); True otherwise. Must not change any state."""
+        return True
 
 
 class PluginTimer(Protocol):

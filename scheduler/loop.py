@@ -10,6 +10,7 @@ profiles of a round concurrently in profile actors."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
@@ -22,6 +23,15 @@ from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingRe
 
 # A handler that keeps picking profiles is a bug; fail the request rather than spin.
 MAX_ROUNDS = 16
+
+# CycleState keys the loop writes before the first round. CONCURRENT_ROUNDS_KEY: whether the
+# runner runs the profiles of one round at the same time (its `concurrent` attribute; the Ray
+# path's does), for handlers that choose between one round and several. CYCLE_SEED_KEY: one random
+# draw per request, the seed of the cycle's random choices (scheduler/plugins/support/cycle_rng.py),
+# so a profile run whose result is discarded leaves no trace in a plugin's generator.
+CONCURRENT_ROUNDS_KEY = "scheduler/concurrent-rounds"
+CYCLE_SEED_KEY = "scheduler/cycle-seed"
+CYCLE_SEEDS = random.Random()
 
 T = TypeVar("T")
 
@@ -50,6 +60,9 @@ async def schedule_cycles(
     timer: PluginTimer | None = None,
 ) -> SchedulingResult:
     cycle_state = cycle_state if cycle_state is not None else CycleState()
+    cycle_state.write(CONCURRENT_ROUNDS_KEY, getattr(run_profiles, "concurrent", False))
+    if CYCLE_SEED_KEY not in cycle_state:
+        cycle_state.write(CYCLE_SEED_KEY, CYCLE_SEEDS.getrandbits(64))
     try:
         return await _cycles(handler, profiles, run_profiles, request, endpoints, cycle_state, trace, timer)
     finally:

@@ -15,6 +15,8 @@ from serve_app.batcher import ActorBatcher
 
 
 class RayProfileRunner:
+    concurrent = True  # the profiles of a round run at the same time (the loop tells the handler)
+
     def __init__(self, profile_actors: dict[str, Any]) -> None:
         self.actors = profile_actors
         # One batcher per actor carries both the calls and the events (decisions, completions), so

@@ -30,5 +30,8 @@ def has_multimodal_content(body: dict[str, Any]) -> bool:
 class AlwaysDisaggMultimodalDecider(PDDecider):
     type_name = "always-disagg-multimodal-decider"
 
+    def might_disaggregate(self, cycle_state: CycleState, request: LLMRequest) -> bool:
+        return has_multimodal_content(request.body)
+
     def disaggregate(self, cycle_state: CycleState, request: LLMRequest, decode_endpoint: Endpoint) -> bool:
         return has_multimodal_content(request.body)

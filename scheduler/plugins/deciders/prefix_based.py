@@ -48,6 +48,10 @@ class PrefixBasedPDDecider(PDDecider):
         self.non_cached_tokens = self.params.non_cached_tokens
         self._warned = False
 
+    def might_disaggregate(self, cycle_state: CycleState, request: LLMRequest) -> bool:
+        """A prompt shorter than nonCachedTokens never disaggregates, whatever decode holds."""
+        return self.non_cached_tokens > 0 and input_tokens(request) >= self.non_cached_tokens
+
     def disaggregate(self, cycle_state: CycleState, request: LLMRequest, decode_endpoint: Endpoint) -> bool:
         threshold = self.non_cached_tokens
         if threshold == 0 or decode_endpoint is None:

@@ -20,6 +20,14 @@ the nested one, and so are `pd-profile-handler`'s parameters (see pd_profile.py)
 a built-in decider (> 0: prefix-based with nonCachedTokens = threshold; 0: always disaggregate);
 `hashBlockSize`, `prefixPluginType`, `prefixPluginName` and `primaryPort` are checked and ignored.
 
+`parallelStages` (true | false | auto, default false) puts decode and every stage whose decider
+might say yes (`PDDecider.might_disaggregate`, e.g. the prompt is long enough) in one round; once
+decode has its target the deciders decide exactly as above, and a stage they turn down is
+discarded: it is not in the result, so no plugin hears of it (PreRequest). A decider with
+`parallel_round = False` keeps its stage in a later round. `auto` is on where the profiles of a
+round run at the same time (the Ray path's profile actors) and off in-process, where it would only
+add work. The default stays false until the Ray path's gain is measured.
+
 Each request's decision (`decode-only`, `prefill-decode`, `encode-decode`, `encode-prefill-decode`,
 llm-d's metric values) and what happened to each stage is kept in the CycleState under
 DISAGG_DECISION_KEY and shows in a debug trace under "disagg"."""
@@ -28,13 +36,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
 from scheduler.cycle_state import CycleState, profile_failure
 from scheduler.errors import ErrorCode, SchedulingError
 from scheduler.interfaces import Parameters, PDDecider, PluginHandle, ProfileHandler
+from scheduler.loop import CONCURRENT_ROUNDS_KEY
 from scheduler.plugins.deciders.always_disagg import AlwaysDisaggPDDecider
 from scheduler.plugins.deciders.prefix_based import PrefixBasedPDDecider, PrefixBasedPDDeciderParameters
 from scheduler.registry import register
@@ -60,6 +69,8 @@ STAGE_RAN = "ran"
 STAGE_FAILED = "failed"  # ran and found no endpoint (its result is None)
 STAGE_SKIPPED = "skipped"  # its decider said no
 STAGE_NO_DECIDER = "no decider"  # its profile is configured but no decider is
+# The record's list of the stages that ran in decode's round (parallelStages), whatever was decided.
+RAN_WITH_DECODE = "with decode"
 
 _FLAT_FIELDS = {
     "decode_profile": "decodeProfile",
@@ -113,6 +124,8 @@ class DisaggProfileHandlerParameters(Parameters):
     prefix_plugin_type: str = Field(default="", alias="prefixPluginType")
     prefix_plugin_name: str = Field(default="", alias="prefixPluginName")
     primary_port: int = Field(default=0, alias="primaryPort", ge=0, le=65535)
+    # Run decode and the stages that might run in one round (see the module docstring).
+    parallel_stages: bool | Literal["auto"] = Field(default=False, alias="parallelStages")
 
     _profiles: dict[str, Named] = PrivateAttr(default_factory=dict)
     _deciders: dict[str, Named] = PrivateAttr(default_factory=dict)
@@ -270,37 +283,70 @@ class DisaggProfileHandler(ProfileHandler):
         decode = self.decode_profile
         if decode not in results:
             profile = profiles.get(decode)
-            return {} if profile is None else {decode: profile}
-        record = cycle_state.read(DISAGG_DECISION_KEY)
-        if record is None:
-            record = {}
-            cycle_state.write(DISAGG_DECISION_KEY, record)
-            add_trace_note(cycle_state, TRACE_KEY, record)
+            if profile is None:
+                return {}
+            picked = {decode: profile}
+            if self.parallel(cycle_state):
+                ahead = [s for s in self.stages if self._may_run_ahead(s, cycle_state, request, profiles)]
+                if ahead:
+                    self._record(cycle_state)[RAN_WITH_DECODE] = [s.name for s in ahead]
+                    picked.update((s.profile, profiles[s.profile]) for s in ahead)
+            return picked
+        record = self._record(cycle_state)
         decode_result = results[decode]
         if decode_result is None or not decode_result.target_endpoints:
-            record["decode"] = STAGE_FAILED
+            record["decode"] = STAGE_FAILED  # what ran beside it is discarded with it
             return {}
         record["decode"] = STAGE_RAN
         target = decode_result.target_endpoints[0]
+        ahead = record.get(RAN_WITH_DECODE, ())
         for stage in self.stages:
-            if stage.profile in results or stage.name in record or stage.profile not in profiles:
-                continue  # ran already, already decided against, or not configured
+            ran_ahead = stage.name in ahead
+            if (stage.profile in results and not ran_ahead) or stage.name in record or stage.profile not in profiles:
+                continue  # ran already, already decided, or not configured
             if stage.decider is None:
                 record[stage.name] = STAGE_NO_DECIDER
             elif stage.decider.disaggregate(cycle_state, request, target):
                 record[stage.name] = STAGE_PICKED
-                return {stage.profile: profiles[stage.profile]}
+                if not ran_ahead:
+                    return {stage.profile: profiles[stage.profile]}
             else:
-                record[stage.name] = STAGE_SKIPPED
+                record[stage.name] = STAGE_SKIPPED  # if it ran beside decode, its result is discarded
         # Every stage is done: what ran, and the decision as llm-d counts it.
         used = {}
         for stage in self.stages:
-            if stage.profile in results:
+            if _kept(stage, record, results):
                 ok = results[stage.profile] is not None
                 record[stage.name] = STAGE_RAN if ok else STAGE_FAILED
                 used[stage.name] = ok
         record["decision"] = decision_type(used.get("encode", False), used.get("prefill", False))
         return {}
+
+    def parallel(self, cycle_state: CycleState) -> bool:
+        """Whether this request's stages may run in decode's round (parallelStages)."""
+        mode = self.params.parallel_stages
+        return bool(cycle_state.read(CONCURRENT_ROUNDS_KEY, False)) if mode == "auto" else mode
+
+    @staticmethod
+    def _may_run_ahead(
+        stage: Stage, cycle_state: CycleState, request: LLMRequest, profiles: Mapping[str, Any]
+    ) -> bool:
+        decider = stage.decider
+        return (
+            decider is not None
+            and decider.parallel_round
+            and stage.profile in profiles
+            and decider.might_disaggregate(cycle_state, request)
+        )
+
+    @staticmethod
+    def _record(cycle_state: CycleState) -> dict[str, Any]:
+        record = cycle_state.read(DISAGG_DECISION_KEY)
+        if record is None:
+            record = {}
+            cycle_state.write(DISAGG_DECISION_KEY, record)
+            add_trace_note(cycle_state, TRACE_KEY, record)
+        return record
 
     def process_results(
         self, cycle_state: CycleState, request: LLMRequest, results: Mapping[str, ProfileRunResult | None]
@@ -312,11 +358,18 @@ class DisaggProfileHandler(ProfileHandler):
                 raise SchedulingError(ErrorCode.INTERNAL, f"the decode profile {decode!r} did not run")
             cause = profile_failure(cycle_state, decode)
             raise SchedulingError(cause.code, f"failed to find available decode workers: {cause.message}")
+        record = cycle_state.read(DISAGG_DECISION_KEY) or {}
         joined: dict[str, ProfileRunResult | None] = {decode: decode_result}
         for stage in self.stages:
-            if stage.profile in results:  # a stage that ran and failed stays, as None (GIE PR #1013)
+            if _kept(stage, record, results):  # a stage that ran and failed stays, as None (GIE PR #1013)
                 joined[stage.profile] = results[stage.profile]
         return SchedulingResult(joined, decode, prefill_profile_name=self.prefill_profile)
+
+
+def _kept(stage: Stage, record: Mapping[str, Any], results: Mapping[str, ProfileRunResult | None]) -> bool:
+    """Whether a stage's result belongs to the decision: it ran, and was not run beside decode and
+    then turned down by its decider."""
+    return stage.profile in results and record.get(stage.name) != STAGE_SKIPPED
 
 
 def decision_type(encode_used: bool, prefill_used: bool) -> str:

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, Picker, PluginHandle
+from scheduler.plugins.support.cycle_rng import cycle_rng, salt
 from scheduler.registry import register
 from scheduler.types import ProfileRunResult, ScoredEndpoint
 
@@ -23,6 +24,7 @@ class MaxScorePicker(Picker):
 
     def setup(self, handle: PluginHandle) -> None:
         self.rng = random.Random()
+        self.rng_salt = salt(self.rng)
 
     def pick(self, cycle_state: CycleState, scored: list[ScoredEndpoint]) -> ProfileRunResult:
         n = self.params.max_num_of_endpoints
@@ -34,10 +36,10 @@ class MaxScorePicker(Picker):
                     best, ties = s, 1
                 elif s.score == best.score:
                     ties += 1
-                    if self.rng.random() * ties < 1.0:
+                    if cycle_rng(cycle_state, self).random() * ties < 1.0:
                         best = s
             return ProfileRunResult([best.endpoint])
         shuffled = list(scored)
-        self.rng.shuffle(shuffled)
+        cycle_rng(cycle_state, self).shuffle(shuffled)
         shuffled.sort(key=lambda s: s.score, reverse=True)  # stable: shuffled order breaks ties
         return ProfileRunResult([s.endpoint for s in shuffled[:n]])
