@@ -96,6 +96,9 @@ class EppDeployment:
     sim: Any = None
     owns_ray: bool = False
     ray_children: list[int] = field(default_factory=list)
+    # Joined a cluster by address: stopping takes away only our application, not Serve.
+    joined: bool = False
+    app_name: str = "epp"
 
     @classmethod
     def start(cls, spec: LaunchSpec | None = None, /, **fields: Any) -> EppDeployment:
@@ -114,6 +117,7 @@ class EppDeployment:
         if pod_specs is None:
             sim, pod_specs = _start_sim(spec.sim_pods, spec.sim_time_scale, spec.sim_pod_overrides)
         dep = cls(pods=pod_specs, actors=None, hub=None, url=f"http://{spec.host}:{spec.port}", sim=sim)
+        dep.joined, dep.app_name = spec.address is not None, spec.app_name
         try:
             dep._start_ray(spec.address)
             dep._deploy(spec, cfg, gw_settings)
@@ -175,7 +179,10 @@ class EppDeployment:
         with contextlib.suppress(Exception):
             from ray import serve
 
-            serve.shutdown()
+            if self.joined:  # someone else's cluster: its other applications and Serve stay
+                serve.delete(self.app_name)
+            else:
+                serve.shutdown()
         if self.actors is not None:
             from actors.launcher import stop_epp_actors
             from actors.metrics_hub import stop_hub
@@ -235,7 +242,10 @@ def _check_ports(spec: LaunchSpec) -> None:
     TIME_WAIT is fine): come up on the port asked for, or say who holds it."""
     from serve_app.ingress import PortInUse, check_port_free
 
-    for what, port in (("gateway", spec.port), ("Serve proxy", spec.serve_proxy_port)):
+    checks = [("gateway", spec.port)]
+    if spec.address is None:  # a joined cluster's Serve may run its proxy there already: serve.start keeps it
+        checks.append(("Serve proxy", spec.serve_proxy_port))
+    for what, port in checks:
         deadline = time.monotonic() + PORT_FREE_WAIT_S
         while True:
             try:
