@@ -28,6 +28,8 @@ def load_config_file(path: str | Path) -> EndpointPickerConfig:
         text = Path(path).read_text()
     except OSError as err:
         raise ConfigError([f"can not read config file {str(path)!r}: {err.strerror}"]) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError([f"config file {str(path)!r} is not UTF-8 text: {err}"]) from None
     return load_config(text)
 
 
@@ -40,6 +42,8 @@ def load_config(source: str | dict[str, Any] | EndpointPickerConfig) -> Endpoint
             data = yaml.safe_load(source)
         except yaml.YAMLError as err:
             raise ConfigError([f"not valid YAML: {err}"]) from None
+        except RecursionError:  # PyYAML's parser recurses once per nesting level
+            raise ConfigError(["the YAML nests deeper than the parser can follow (~1,000 levels)"]) from None
     else:
         data = source
     if data is None:
