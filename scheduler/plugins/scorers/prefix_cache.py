@@ -1,5 +1,11 @@
 """`prefix-cache-scorer`: endpoints that probably hold more of the prompt's prefix in their KV cache
-score higher (GIE's approximate prefix-cache producer and prefix scorer in one plugin).
+score higher.
+
+Two forms load. llm-d's: the scorer reads the PrefixCacheMatchInfo of an `approx-prefix-cache-producer`
+(named by `prefixMatchInfoProducerName`, else the plugin named `approx-prefix-cache-producer` when the
+config has one); the producer's parameters live on the producer. GIE's older combined form: no such
+producer, the scorer takes the producer's parameters itself and owns a private producer with GIE's
+geometry (below).
 
 Score = matched blocks / prompt blocks, where a server's matched blocks come from the longest-prefix
 walk over an index of what each server was sent before (scheduler.plugins.support.prefix). Every scored endpoint
@@ -12,36 +18,42 @@ GIE's pod clean-up) are forgotten; `forget_servers_not_in` does the same at once
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
-from operator import attrgetter
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, PluginHandle, PreRequest, Scorer, ScorerCategory
+from scheduler.plugins.producers.approx_prefix import (
+    INACTIVE_SERVER_CHECK_SECONDS,
+    PREFILL_PROFILE,
+    ApproxPrefixCacheProducer,
+)
 from scheduler.plugins.support.prefix import (
     DEFAULT_BLOCK_SIZE_TOKENS,
     DEFAULT_LRU_CAPACITY_PER_SERVER,
     DEFAULT_MAX_PREFIX_BLOCKS,
-    PREFIX_MATCH_KEY,
-    PrefixCacheMatchInfo,
     PrefixIndex,
-    prefix_block_hashes,
 )
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 
-# GIE's hard-coded name of the profile whose target also gets the prompt's blocks (P/D prefill),
-# used when the result does not name its prefill profile (SchedulingResult.prefill_profile_name).
-PREFILL_PROFILE = "prefill"
-INACTIVE_SERVER_CHECK_SECONDS = 120.0
+__all__ = ["INACTIVE_SERVER_CHECK_SECONDS", "PREFILL_PROFILE", "PrefixCacheParameters", "PrefixCacheScorer"]
 
-_name = attrgetter("name")
+# The combined form's own parameters: set together with a producer they would be ignored.
+COMBINED_FIELDS = frozenset(
+    {"auto_tune", "block_size_tokens", "block_size", "max_prefix_blocks_to_match", "max_prefix_tokens_to_match",
+     "lru_capacity_per_server"}
+)  # fmt: skip
 
 
 class PrefixCacheParameters(Parameters):
-    """GIE's prefix-cache parameters. A 0 means "unset" (GIE's Go zero value) and takes the default."""
+    """llm-d's scorer parameters (the producer's name, the match-length blend) and GIE's combined-form
+    producer parameters. A 0 means "unset" (GIE's Go zero value) and takes the default."""
+
+    prefix_match_info_producer_name: str = Field(default="", alias="prefixMatchInfoProducerName")
+    match_length_weight: float = Field(default=0.0, alias="matchLengthWeight", ge=0.0, le=1.0)
+    match_length_scale_tokens: int = Field(default=8192, alias="matchLengthScaleTokens")
 
     auto_tune: bool = Field(default=True, alias="autoTune")
     block_size_tokens: int | None = Field(default=None, alias="blockSizeTokens", ge=0)
@@ -75,126 +87,103 @@ class PrefixCacheScorer(Scorer, PreRequest):
 
     def setup(self, handle: PluginHandle) -> None:
         p: PrefixCacheParameters = self.params
-        self.auto_tune = p.auto_tune
-        self.default_block_size_tokens = p.block_size_tokens or DEFAULT_BLOCK_SIZE_TOKENS
-        self.max_prefix_blocks = p.max_prefix_blocks_to_match or DEFAULT_MAX_PREFIX_BLOCKS
-        self.max_prefix_tokens = p.max_prefix_tokens_to_match
-        self.lru_capacity = p.lru_capacity_per_server or DEFAULT_LRU_CAPACITY_PER_SERVER
-        self.index = PrefixIndex(self.lru_capacity)
-        self.inactive_check_seconds = INACTIVE_SERVER_CHECK_SECONDS
-        self._next_check = time.monotonic() + self.inactive_check_seconds
-        self._unseen: set[str] = set()  # indexed servers not yet seen in this check interval
-        # Per request, in request.memo: the (block size, max blocks) it was scored with, for pre_request.
-        self._state_key = (self.type_name, self.name)
-        self._match_key = f"{self.type_name}/{self.name}/match"
+        if p.match_length_weight > 0 and p.match_length_scale_tokens <= 0:
+            raise ValueError("matchLengthScaleTokens must be > 0 when matchLengthWeight is > 0")
+        self.match_length_weight = p.match_length_weight
+        self.match_length_scale_tokens = p.match_length_scale_tokens
+        combined = sorted(COMBINED_FIELDS & p.model_fields_set)
+        producer_name = p.prefix_match_info_producer_name
+        if not producer_name and not combined and ApproxPrefixCacheProducer.type_name in handle.plugin_names():
+            producer_name = ApproxPrefixCacheProducer.type_name  # llm-d's default producer name
+        if producer_name:
+            if combined:
+                fields = ", ".join(PrefixCacheParameters.model_fields[f].alias or f for f in combined)
+                raise ValueError(
+                    f"{fields}: set these on the producer {producer_name!r}, not on a scorer that reads it"
+                )
+            try:
+                producer = handle.plugin(producer_name)
+            except KeyError:
+                raise ValueError(
+                    f"prefixMatchInfoProducerName {producer_name!r} names no plugin in 'plugins'"
+                ) from None
+            if not isinstance(producer, ApproxPrefixCacheProducer):
+                raise ValueError(
+                    f"prefixMatchInfoProducerName {producer_name!r} is a {producer.type_name}, "
+                    f"not an {ApproxPrefixCacheProducer.type_name}"
+                )
+            self.producer = producer
+            return
+        # GIE's combined form: a private producer with GIE's geometry.
+        self.producer = ApproxPrefixCacheProducer.__new__(ApproxPrefixCacheProducer)
+        self.producer.name = self.name
+        self.producer.params = p
+        self.producer.configure(
+            auto_tune=p.auto_tune,
+            block_size_tokens=p.block_size_tokens or DEFAULT_BLOCK_SIZE_TOKENS,
+            max_prefix_blocks=p.max_prefix_blocks_to_match or DEFAULT_MAX_PREFIX_BLOCKS,
+            max_prefix_tokens=p.max_prefix_tokens_to_match,
+            lru_capacity=p.lru_capacity_per_server or DEFAULT_LRU_CAPACITY_PER_SERVER,
+            min_block_size_tokens=0,
+        )
 
-    # -- the block geometry -------------------------------------------------------------------
+    # -- the producer's state, as the combined form has always shown it -------------------------
 
-    def block_size_for(self, endpoints: list[Endpoint]) -> int:
-        """Tokens per block: with autoTune the first endpoint's cache block size when it reports
-        one (as GIE), else blockSizeTokens."""
-        if self.auto_tune and endpoints:
-            size = endpoints[0].metrics.cache_block_size
-            if size > 0:
-                return size
-        return self.default_block_size_tokens
+    _FORWARDED = frozenset(
+        {"auto_tune", "default_block_size_tokens", "max_prefix_blocks", "max_prefix_tokens", "lru_capacity",
+         "inactive_check_seconds", "block_size_for", "max_blocks_for", "capacity_for"}
+    )  # fmt: skip
 
-    def max_blocks_for(self, block_size_tokens: int) -> int:
-        """maxPrefixTokensToMatch / block size when set, else maxPrefixBlocksToMatch."""
-        if self.max_prefix_tokens > 0:
-            return self.max_prefix_tokens // block_size_tokens
-        return self.max_prefix_blocks
+    def __getattr__(self, name: str) -> object:
+        if name in PrefixCacheScorer._FORWARDED:
+            return getattr(self.producer, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def index(self) -> PrefixIndex:
+        return self.producer.index
+
+    @property
+    def _state_key(self) -> tuple[str, str]:
+        return self.producer.state_key
+
+    @property
+    def _next_check(self) -> float:
+        return self.producer.next_check
+
+    @_next_check.setter
+    def _next_check(self, value: float) -> None:
+        self.producer.next_check = value
 
     def geometry(self, endpoints: list[Endpoint]) -> tuple[int, int]:
         """(block size in tokens, max blocks) for a request scored over these endpoints: what a
         caller that hashes prompts elsewhere (`set_prefix_block_hashes`) must use."""
-        block_size = self.block_size_for(endpoints)
-        return block_size, self.max_blocks_for(block_size)
+        return self.producer.geometry(endpoints)
 
-    def capacity_for(self, endpoint: Endpoint) -> int:
-        """A new server's LRU size: with autoTune its KV cache size in blocks when known."""
-        if self.auto_tune and endpoint.metrics.cache_num_blocks > 0:
-            return endpoint.metrics.cache_num_blocks
-        return self.lru_capacity
+    def forget_servers_not_in(self, names: Iterable[str]) -> list[str]:
+        return self.producer.forget_servers_not_in(names)
 
     # -- Scorer ------------------------------------------------------------------------------
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
-        if not endpoints:
-            return {}
-        names = list(map(_name, endpoints))
-        self._track_servers(names)
-        block_size, max_blocks = self.geometry(endpoints)
-        hashes = prefix_block_hashes(request, block_size, max_blocks)
-        request.memo[self._state_key] = (block_size, max_blocks)
-        total = len(hashes)
-        # One match per request even when this instance scores in several profiles of the cycle.
-        memo = cycle_state.read(self._match_key)
-        if memo is not None and memo[0] == block_size and memo[1] == max_blocks:
-            counts = memo[2]
-        else:
-            counts = self.index.match(hashes) if total else {}
-            cycle_state.write(self._match_key, (block_size, max_blocks, counts))
-
-        # Per endpoint only C-level work (fromkeys, zip); Python work per matched server.
+        """matched / total blocks; with matchLengthWeight w, blended as llm-d does with
+        min(1, matched tokens / matchLengthScaleTokens)^2."""
+        infos = self.producer.produce(cycle_state, request, endpoints)
         scores = dict.fromkeys(endpoints, 0.0)
-        infos = dict.fromkeys(names, PrefixCacheMatchInfo(0, total, block_size))
-        if counts:
-            by_name = dict(zip(names, endpoints, strict=True))
-            for server, matched in counts.items():
-                ep = by_name.get(server)
-                if ep is not None:
-                    scores[ep] = matched / total
-                    infos[server] = PrefixCacheMatchInfo(matched, total, block_size)
-        cycle_state.set_endpoint_attributes(PREFIX_MATCH_KEY, infos)
+        w = self.match_length_weight
+        for ep in endpoints:
+            info = infos.get(ep.name)
+            if info is None or not info.match_blocks or not info.total_blocks:
+                continue
+            ratio = info.match_blocks / info.total_blocks
+            if w > 0.0:
+                length = min(1.0, info.match_tokens / self.match_length_scale_tokens)
+                ratio = w * length * length + (1.0 - w) * ratio
+            scores[ep] = ratio
         return scores
 
     # -- PreRequest ----------------------------------------------------------------------------
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
-        """The primary target, and the prefill target in P/D, now hold the prompt's blocks."""
-        state = request.memo.pop(self._state_key, None)
-        primary = result.profile_results.get(result.primary_profile_name)
-        if primary is None or not primary.target_endpoints:
-            return
-        targets = [primary.target_endpoints[0]]
-        prefill_name = result.prefill_profile_name or PREFILL_PROFILE  # the P/D handler's, else GIE's name
-        if result.primary_profile_name != prefill_name:
-            prefill = result.profile_results.get(prefill_name)
-            if prefill is not None and prefill.target_endpoints:
-                targets.append(prefill.target_endpoints[0])
-        if state is not None:
-            block_size, max_blocks = state
-        else:  # not scored here (e.g. another process scored it): the same geometry from the targets
-            block_size, max_blocks = self.geometry(targets)
-        hashes = prefix_block_hashes(request, block_size, max_blocks)
-        if not hashes:
-            return
-        for ep in targets:
-            self.index.add(hashes, ep.name, self.capacity_for(ep))
-            self._unseen.discard(ep.name)
-
-    # -- forgetting servers --------------------------------------------------------------------
-
-    def forget_servers_not_in(self, names: Iterable[str]) -> list[str]:
-        """Drop every indexed server not named (e.g. given the datastore's pod list); returns them."""
-        keep = set(names)
-        gone = [s for s in self.index.servers() if s not in keep]
-        for server in gone:
-            self.index.remove_server(server)
-            self._unseen.discard(server)
-        return gone
-
-    def _track_servers(self, names: list[str]) -> None:
-        """Cheap liveness: an indexed server no score call listed and no decision named during a
-        whole check interval is forgotten. Filters may hide a live server from one profile, so one
-        call's candidates are not the pod list; per call this costs nothing once every indexed
-        server has been seen in the interval."""
-        now = time.monotonic()
-        if now >= self._next_check:
-            for server in self._unseen:
-                self.index.remove_server(server)
-            self._unseen = set(self.index.servers())
-            self._next_check = now + self.inactive_check_seconds
-        if self._unseen:
-            self._unseen.difference_update(names)
+        """The producer learns the decision (once per request, however many scorers read it)."""
+        self.producer.learn(request, result)

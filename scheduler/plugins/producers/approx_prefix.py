@@ -1,0 +1,211 @@
+"""`approx-prefix-cache-producer`: how much of a request's prompt each endpoint probably holds in its
+KV cache, from an index of what each server was sent before (llm-d's approximate prefix producer,
+pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix).
+
+It produces a PrefixCacheMatchInfo per endpoint (attribute PREFIX_MATCH_KEY) that
+`prefix-cache-scorer` reads when its `prefixMatchInfoProducerName` names this plugin, and the P/D
+decider reads from the decode target. Once a request is scheduled, the index learns that the primary
+target, and the `prefill` profile's target in P/D, now hold its blocks; the consuming scorer relays
+that decision (`learn`), once per request however many scorers read this producer.
+
+As in llm-d, a block is at least 64 tokens (a smaller `blockSizeTokens`, or an engine's smaller
+reported block size under autoTune, is raised to 64), and by default at most 131072 prompt tokens are
+matched. The scorer's older combined form (GIE's prefix plugin) uses this same class built privately
+with GIE's geometry: no 64-token floor, 256 blocks."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+from operator import attrgetter
+
+from pydantic import Field, model_validator
+
+from scheduler.cycle_state import CycleState
+from scheduler.interfaces import Parameters, Plugin, PluginHandle
+from scheduler.plugins.support.prefix import (
+    PREFIX_MATCH_KEY,
+    PrefixCacheMatchInfo,
+    PrefixIndex,
+    prefix_block_hashes,
+)
+from scheduler.registry import register
+from scheduler.types import Endpoint, LLMRequest, SchedulingResult
+
+PREFILL_PROFILE = "prefill"  # llm-d's name of the profile whose target also gets the prompt's blocks
+INACTIVE_SERVER_CHECK_SECONDS = 120.0
+MIN_BLOCK_SIZE_TOKENS = 64  # llm-d raises smaller block sizes to this (llm-d-router issue 1158)
+UNLIMITED_BLOCKS = sys.maxsize
+
+_name = attrgetter("name")
+
+
+class ApproxPrefixCacheParameters(Parameters):
+    """llm-d's parameters and defaults. `blockSize` is the deprecated spelling of blockSizeTokens."""
+
+    auto_tune: bool = Field(default=True, alias="autoTune")
+    block_size_tokens: int = Field(default=16, alias="blockSizeTokens")
+    block_size: int = Field(default=0, alias="blockSize", ge=0)
+    max_prefix_blocks_to_match: int = Field(default=2048, alias="maxPrefixBlocksToMatch", ge=0)
+    max_prefix_tokens_to_match: int = Field(default=131072, alias="maxPrefixTokensToMatch", ge=0)
+    lru_capacity_per_server: int = Field(default=31250, alias="lruCapacityPerServer", ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> ApproxPrefixCacheParameters:
+        if not self.auto_tune and self.block_size_tokens <= 0 and self.block_size <= 0:
+            raise ValueError(f"blockSizeTokens must be > 0 when autoTune is false (got {self.block_size_tokens})")
+        return self
+
+
+@register
+class ApproxPrefixCacheProducer(Plugin):
+    type_name = "approx-prefix-cache-producer"
+    Parameters = ApproxPrefixCacheParameters
+
+    def setup(self, handle: PluginHandle) -> None:
+        p: ApproxPrefixCacheParameters = self.params
+        block = p.block_size if p.block_size > 0 and p.block_size_tokens == 16 else p.block_size_tokens
+        self.configure(
+            auto_tune=p.auto_tune,
+            block_size_tokens=block,
+            max_prefix_blocks=p.max_prefix_blocks_to_match or UNLIMITED_BLOCKS,
+            max_prefix_tokens=p.max_prefix_tokens_to_match,
+            lru_capacity=p.lru_capacity_per_server,
+            min_block_size_tokens=MIN_BLOCK_SIZE_TOKENS,
+        )
+
+    def configure(
+        self,
+        *,
+        auto_tune: bool,
+        block_size_tokens: int,
+        max_prefix_blocks: int,
+        max_prefix_tokens: int,
+        lru_capacity: int,
+        min_block_size_tokens: int,
+    ) -> None:
+        self.auto_tune = auto_tune
+        self.default_block_size_tokens = block_size_tokens
+        self.min_block_size_tokens = min_block_size_tokens
+        self.max_prefix_blocks = max_prefix_blocks
+        self.max_prefix_tokens = max_prefix_tokens
+        self.lru_capacity = lru_capacity
+        self.index = PrefixIndex(lru_capacity)
+        self.inactive_check_seconds = INACTIVE_SERVER_CHECK_SECONDS
+        self.next_check = time.monotonic() + self.inactive_check_seconds
+        self.unseen: set[str] = set()  # indexed servers not yet seen in this check interval
+        # Per request, in request.memo: the (block size, max blocks) it was matched with, for learn().
+        self.state_key = (self.type_name, self.name)
+        self._learned_key = (self.type_name, self.name, "learned")
+        self._match_key = f"{self.type_name}/{self.name}/match"
+
+    # -- the block geometry -------------------------------------------------------------------
+
+    def block_size_for(self, endpoints: list[Endpoint]) -> int:
+        """Tokens per block: with autoTune the first endpoint's reported cache block size, else
+        blockSizeTokens; never below the floor."""
+        size = self.default_block_size_tokens
+        if self.auto_tune and endpoints:
+            reported = endpoints[0].metrics.cache_block_size
+            if reported > 0:
+                size = reported
+        return max(size, self.min_block_size_tokens)
+
+    def max_blocks_for(self, block_size_tokens: int) -> int:
+        """maxPrefixTokensToMatch / block size when set, else maxPrefixBlocksToMatch."""
+        if self.max_prefix_tokens > 0:
+            return self.max_prefix_tokens // block_size_tokens
+        return self.max_prefix_blocks
+
+    def geometry(self, endpoints: list[Endpoint]) -> tuple[int, int]:
+        """(block size in tokens, max blocks) for a request over these endpoints."""
+        block_size = self.block_size_for(endpoints)
+        return block_size, self.max_blocks_for(block_size)
+
+    def capacity_for(self, endpoint: Endpoint) -> int:
+        """A new server's LRU size: with autoTune its KV cache size in blocks when known."""
+        if self.auto_tune and endpoint.metrics.cache_num_blocks > 0:
+            return endpoint.metrics.cache_num_blocks
+        return self.lru_capacity
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def produce(
+        self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
+    ) -> dict[str, PrefixCacheMatchInfo]:
+        """A PrefixCacheMatchInfo per endpoint name, also set as the PREFIX_MATCH_KEY attribute."""
+        if not endpoints:
+            return {}
+        names = list(map(_name, endpoints))
+        self._track_servers(names)
+        block_size, max_blocks = self.geometry(endpoints)
+        hashes = prefix_block_hashes(request, block_size, max_blocks)
+        request.memo[self.state_key] = (block_size, max_blocks)
+        total = len(hashes)
+        # One match per request even when several profiles of the cycle read it.
+        memo = cycle_state.read(self._match_key)
+        if memo is not None and memo[0] == block_size and memo[1] == max_blocks:
+            counts = memo[2]
+        else:
+            counts = self.index.match(hashes) if total else {}
+            cycle_state.write(self._match_key, (block_size, max_blocks, counts))
+        infos = dict.fromkeys(names, PrefixCacheMatchInfo(0, total, block_size))
+        for server, matched in counts.items():
+            if server in infos:
+                infos[server] = PrefixCacheMatchInfo(matched, total, block_size)
+        cycle_state.set_endpoint_attributes(PREFIX_MATCH_KEY, infos)
+        return infos
+
+    # -- learning the decision -----------------------------------------------------------------
+
+    def learn(self, request: LLMRequest, result: SchedulingResult) -> None:
+        """The primary target, and the prefill target in P/D, now hold the prompt's blocks (once
+        per request)."""
+        if request.memo.get(self._learned_key):
+            return
+        request.memo[self._learned_key] = True
+        state = request.memo.pop(self.state_key, None)
+        primary = result.profile_results.get(result.primary_profile_name)
+        if primary is None or not primary.target_endpoints:
+            return
+        targets = [primary.target_endpoints[0]]
+        prefill_name = result.prefill_profile_name or PREFILL_PROFILE
+        if result.primary_profile_name != prefill_name:
+            prefill = result.profile_results.get(prefill_name)
+            if prefill is not None and prefill.target_endpoints:
+                targets.append(prefill.target_endpoints[0])
+        if state is not None:
+            block_size, max_blocks = state
+        else:  # not matched here (another process scored it): the same geometry from the targets
+            block_size, max_blocks = self.geometry(targets)
+        hashes = prefix_block_hashes(request, block_size, max_blocks)
+        if not hashes:
+            return
+        for ep in targets:
+            self.index.add(hashes, ep.name, self.capacity_for(ep))
+            self.unseen.discard(ep.name)
+
+    # -- forgetting servers --------------------------------------------------------------------
+
+    def forget_servers_not_in(self, names: Iterable[str]) -> list[str]:
+        """Drop every indexed server not named (e.g. given the datastore's pod list); returns them."""
+        keep = set(names)
+        gone = [s for s in self.index.servers() if s not in keep]
+        for server in gone:
+            self.index.remove_server(server)
+            self.unseen.discard(server)
+        return gone
+
+    def _track_servers(self, names: list[str]) -> None:
+        """Cheap liveness: an indexed server no call listed and no decision named during a whole
+        check interval is forgotten (llm-d checks the pod list every 2 minutes). Filters may hide a
+        live server from one profile, so one call's candidates are not the pod list."""
+        now = time.monotonic()
+        if now >= self.next_check:
+            for server in self.unseen:
+                self.index.remove_server(server)
+            self.unseen = set(self.index.servers())
+            self.next_check = now + self.inactive_check_seconds
+        if self.unseen:
+            self.unseen.difference_update(names)

@@ -1,0 +1,133 @@
+"""llm-d's own sample configs (tests/fixtures/llm-d, copied verbatim from llm-d/llm-d-router
+deploy/config) load as written and schedule sensibly: role filters keep their roles, the queue
+scorer avoids a long queue, and a prompt seen before goes back to the endpoint that holds it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler import Scheduler
+from scheduler.config import load_config, load_config_file
+from scheduler.errors import ConfigError
+from scheduler.plugins.producers.approx_prefix import ApproxPrefixCacheProducer
+from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
+from tests.scheduler.helpers import endpoint, request
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "llm-d"
+SINGLE = ["epp-config.yaml", "epp-estimate-prefix-cache-config.yaml", "sim-epp-config.yaml"]
+PD = ["pd-epp-config.yaml", "sim-pd-epp-config.yaml"]
+EPD = ["sim-e-p-d-epp-config.yaml", "sim-e-pd-epp-config.yaml"]
+LONG = "the same long system prompt, repeated so it spans many cache blocks. " * 80
+
+
+def pool() -> list:
+    return [
+        endpoint("decode-a", {"llm-d.ai/role": "decode"}),
+        endpoint("decode-b", {"llm-d.ai/role": "decode"}),
+        endpoint("prefill-a", {"llm-d.ai/role": "prefill"}),
+        endpoint("prefill-b", {"llm-d.ai/role": "prefill"}),
+        endpoint("encode-a", {"llm-d.ai/role": "encode"}),
+    ]
+
+
+def test_every_fixture_names_its_source():
+    files = sorted(FIXTURES.glob("*.yaml"))
+    assert len(files) == len(SINGLE + PD + EPD)
+    for f in files:
+        assert f.read_text().startswith(f"# Source: github.com/llm-d/llm-d-router deploy/config/{f.name} at commit ")
+
+
+@pytest.mark.parametrize("name", SINGLE)
+def test_single_profile_samples_schedule_on_decode_and_follow_the_prefix(name):
+    sched = Scheduler.from_config(load_config_file(FIXTURES / name))
+    eps = pool()
+    first = sched.schedule(request(prompt=LONG, request_id="r1"), eps)
+    target = first.profile_results[first.primary_profile_name].target_endpoints[0].name
+    assert target.startswith("decode-")
+    for i in range(3):
+        again = sched.schedule(request(prompt=LONG, request_id=f"r{i + 2}"), eps)
+        assert again.profile_results[again.primary_profile_name].target_endpoints[0].name == target
+
+
+@pytest.mark.parametrize("name", PD)
+def test_pd_samples_use_the_split_producer_and_pick_both_roles(name):
+    sched = Scheduler.from_config(load_config_file(FIXTURES / name))
+    producers = [p for p in sched.plugins.values() if isinstance(p, ApproxPrefixCacheProducer)]
+    scorer = next(p for p in sched.plugins.values() if isinstance(p, PrefixCacheScorer))
+    assert len(producers) == 1 and scorer.producer is producers[0]
+    assert producers[0].max_prefix_tokens == 16384 and producers[0].lru_capacity == 31250
+    assert producers[0].block_size_for([]) == 64  # llm-d's floor, also for sim-pd's blockSizeTokens 16
+    eps = pool()
+    eps[0] = endpoint("decode-a", {"llm-d.ai/role": "decode"}, waiting_queue_size=50)
+    result = sched.schedule(request(prompt=LONG, request_id="r1"), eps)
+    decode = result.profile_results["decode"].target_endpoints[0].name
+    assert decode == "decode-b"  # the queue scorer avoids the long queue
+    assert result.profile_results["prefill"].target_endpoints[0].name.startswith("prefill-")
+    # Now decode-b holds the prompt: the producer says so and the decider skips prefill.
+    again = sched.schedule(request(prompt=LONG, request_id="r2"), eps)
+    assert again.profile_results["decode"].target_endpoints[0].name == "decode-b"
+    assert "prefill" not in again.profile_results or again.profile_results["prefill"] is None
+
+
+@pytest.mark.parametrize("name", EPD)
+def test_encode_samples_schedule_text_on_decode(name):
+    sched = Scheduler.from_config(load_config_file(FIXTURES / name))
+    result = sched.schedule(request(prompt="hi there"), pool())
+    assert result.profile_results["decode"].target_endpoints[0].name.startswith("decode-")
+
+
+def test_api_version_v1_is_accepted():
+    cfg = load_config(
+        {"apiVersion": "llm-d.ai/v1", "kind": "EndpointPickerConfig", "plugins": [{"type": "queue-scorer"}]}
+    )
+    assert cfg.api_version == "llm-d.ai/v1"
+
+
+@pytest.mark.parametrize(
+    ("scorer_params", "expect"),
+    [
+        ({"prefixMatchInfoProducerName": "nope"}, "names no plugin"),
+        ({"prefixMatchInfoProducerName": "queue-scorer"}, "is a queue-scorer"),
+        ({"prefixMatchInfoProducerName": "approx-prefix-cache-producer", "blockSizeTokens": 32}, "set these on"),
+        ({"matchLengthWeight": 0.5, "matchLengthScaleTokens": 0}, "matchLengthScaleTokens"),
+    ],
+)
+def test_scorer_producer_mistakes_are_config_errors(scorer_params, expect):
+    doc = {
+        "plugins": [
+            {"type": "approx-prefix-cache-producer"},
+            {"type": "queue-scorer"},
+            {"type": "prefix-cache-scorer", "parameters": scorer_params},
+        ]
+    }
+    with pytest.raises(ConfigError, match=expect):
+        load_config(doc)
+
+
+@pytest.mark.parametrize(
+    ("params", "expect"),
+    [
+        ({}, (True, 16, 64, 131072, 31250)),
+        ({"blockSizeTokens": 128, "autoTune": False, "lruCapacityPerServer": 10}, (False, 128, 128, 131072, 10)),
+        ({"blockSize": 96}, (True, 96, 96, 131072, 31250)),
+    ],
+)
+def test_producer_parameters(params, expect):
+    p = ApproxPrefixCacheProducer(params=ApproxPrefixCacheProducer.Parameters.model_validate(params))
+    assert (
+        p.auto_tune,
+        p.default_block_size_tokens,
+        p.block_size_for([]),
+        p.max_prefix_tokens,
+        p.lru_capacity,
+    ) == expect
+
+
+def test_producer_without_autotune_needs_a_block_size():
+    doc = {
+        "plugins": [{"type": "approx-prefix-cache-producer", "parameters": {"autoTune": False, "blockSizeTokens": 0}}]
+    }
+    with pytest.raises(ConfigError, match="blockSizeTokens must be > 0"):
+        load_config(doc)
