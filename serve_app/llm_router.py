@@ -1,0 +1,414 @@
+"""`EPPRequestRouter`: Ray EPP's scheduler as a Ray Serve request router, for Ray Serve LLM
+deployments (or any deployment whose methods take an OpenAI-shaped request).
+
+Serve gives every deployment handle a request router; this one runs a GIE EndpointPickerConfig
+over the deployment's replicas. Each `RunningReplica` is an endpoint: named by its replica id,
+labelled from its metadata, node and zone, with the metrics its `record_routing_stats` publishes
+(serve_app/llm_stats.py), or Serve's queue-length cache when it publishes none, and its
+multiplexed model ids as resident LoRA adapters. `choose_replicas` returns the scheduler's targets
+best first, then the other replicas: Serve still sends to the first that accepts, so
+`max_ongoing_requests` back-pressure holds.
+
+Scheduling state is not per router: the profiles run in profile actors found by name (one set
+per config, `actors/launcher.start_router_profile_actors`), so every router of every ingress
+replica shares one prefix index, in-flight ledger and LoRA residency. Serve's `on_request_routed`
+and `on_request_completed` become GIE's PreRequest and ResponseComplete in those actors.
+
+Nothing here blocks the event loop: actor lookup runs in a thread, calls are awaited. When the
+scheduler can not decide (no endpoint, a profile error, actors not up), the request gets Serve's
+own choice (power of two choices, with Serve's locality and multiplexing preferences) and the
+fallback is counted (`router_stats()`); a request is never lost to the router.
+
+Use it as Serve users do:
+
+    RequestRouterConfig(request_router_class="serve_app.llm_router:EPPRequestRouter",
+                        request_router_kwargs={"config": "configs/default.yaml"})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import importlib
+import logging
+import time
+import weakref
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
+from ray.serve.request_router import (
+    LocalityMixin,
+    MultiplexMixin,
+    PendingRequest,
+    ReplicaID,
+    RequestRouter,
+    RunningReplica,
+)
+
+from actors.launcher import start_router_profile_actors
+from actors.protocol import SCHEDULING_BODY_FIELDS, ProfileCall, for_scheduling
+from scheduler import (
+    CycleState,
+    Endpoint,
+    EndpointPickerConfig,
+    LLMRequest,
+    Metrics,
+    ProfileRunResult,
+    SchedulingResult,
+    build_plugins,
+    load_config,
+    schedule_cycles,
+)
+from scheduler.cycle_state import profile_error_key
+from scheduler.trace import SchedulingTrace
+from serve_app.llm_stats import metrics_from_stats
+from serve_app.ray_runner import RayProfileRunner
+
+log = logging.getLogger("ray_epp.serve.llm_router")
+
+# Where the routers' profile actors live, whatever namespace a router runs in (Serve's replicas run
+# in "serve", a driver in its own): routers must find the same actors.
+ROUTER_NAMESPACE = "ray-epp-router"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
+NODE_LABEL = "ray.io/node-id"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+REPLICA_LABEL = "ray.io/serve-replica-id"
+# Serve's handles reach a replica by actor, not by address; an Endpoint needs one all the same.
+UNKNOWN_ADDRESS, UNKNOWN_PORT = "127.0.0.1", 8000
+MAX_REMEMBERED = 20_000  # decisions kept for on_request_routed / completions not yet seen
+
+
+def read_config(config: str | dict[str, Any] | EndpointPickerConfig | None) -> EndpointPickerConfig:
+    """A config from a file path, YAML text, a dict or a config; None: Ray EPP's default."""
+    if config is None:
+        return load_config(DEFAULT_CONFIG.read_text())
+    if isinstance(config, str) and "\n" not in config and config.strip().endswith((".yaml", ".yml", ".json")):
+        path = Path(config)
+        if not path.is_absolute() and not path.exists():
+            path = Path(__file__).resolve().parents[1] / config  # relative to the project
+        return load_config(path.read_text())
+    return load_config(config)
+
+
+@dataclass(slots=True)
+class RouterCounters:
+    """What one router did; `router_stats()` sums the routers of this process."""
+
+    scheduled: int = 0  # decided by the scheduler
+    fallbacks: Counter = field(default_factory=Counter)  # reason -> Serve's own choice instead
+    routed: int = 0  # on_request_routed seen
+    routed_not_first: int = 0  # Serve sent it past the scheduler's first target (back-pressure)
+    completed: int = 0  # completions sent to the profile actors
+    schedule_s: float = 0.0  # total time in choose_replicas' scheduling
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "scheduled": self.scheduled,
+            "fallbacks": dict(self.fallbacks),
+            "fallback_total": sum(self.fallbacks.values()),
+            "routed": self.routed,
+            "routed_not_first": self.routed_not_first,
+            "completed": self.completed,
+            "schedule_s": self.schedule_s,
+        }
+
+
+def _registry() -> list[weakref.ref[EPPRequestRouter]]:
+    """This process's routers, kept in the imported module: Serve ships the router class with
+    cloudpickle, whose copy of these functions has globals of its own (and whose class state
+    replaces the class's attributes on every config update)."""
+    return vars(importlib.import_module(__name__)).setdefault("_ROUTERS", [])
+
+
+def router_stats() -> dict[str, Any]:
+    """The summed counters of every EPPRequestRouter in this process (e.g. an ingress replica's)."""
+    total: dict[str, Any] = {"routers": 0, "fallbacks": Counter()}
+    for ref in list(_registry()):
+        router = ref()
+        if router is None:
+            continue
+        total["routers"] += 1
+        counts = router.counters.as_dict()
+        total["fallbacks"].update(counts.pop("fallbacks"))
+        for key, value in counts.items():
+            total[key] = total.get(key, 0) + value
+    total["fallbacks"] = dict(total["fallbacks"])
+    return total
+
+
+class _CallerEndpointsRunner(RayProfileRunner):
+    """The gateway's profile runner, with the endpoints in each call (no datastore snapshot)."""
+
+    async def __call__(
+        self,
+        names: list[str],
+        request: LLMRequest,
+        cycle_state: CycleState,
+        endpoints: list[Endpoint] | None,
+        trace: SchedulingTrace | None,
+    ) -> dict[str, ProfileRunResult | None]:
+        call = ProfileCall(for_scheduling(request), cycle_state, trace is not None, endpoints)
+        outcomes = await asyncio.gather(*(self._run_one(n, call) for n in names))
+        results: dict[str, ProfileRunResult | None] = {}
+        for name, outcome in zip(names, outcomes, strict=True):
+            if outcome.error is not None:
+                cycle_state.write(profile_error_key(name), outcome.error)
+            results[name] = outcome.result
+        return results
+
+
+class NoDecision(Exception):
+    """The scheduler gave no usable target; `reason` is the fallback counter's key."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
+    """Serve request router running a GIE EndpointPickerConfig over the deployment's replicas.
+
+    No FIFOMixin: a replica chosen for one request goes to that request (FIFOMixin may hand it to
+    an older one, whose decision named another replica)."""
+
+
+    def initialize_state(
+        self,
+        config: str | dict[str, Any] | None = None,
+        namespace: str = ROUTER_NAMESPACE,
+        actor_options: dict[str, Any] | None = None,
+        schedule_timeout_s: float = 2.0,
+        startup_wait_s: float = 30.0,
+        retry_startup_s: float = 5.0,
+        **_: Any,
+    ) -> None:
+        """Called by Serve with `request_router_kwargs`. `config`: a path or YAML text (None: Ray
+        EPP's default); `actor_options`: `ActorOptions` fields for the profile actors (e.g.
+        `plugin_modules` for custom plugins)."""
+        self._cfg = read_config(config)
+        built = build_plugins(self._cfg)  # the handler runs here; the profiles in the actors
+        self._handler = built.handler
+        self._profiles = {p.name: p.name for p in self._cfg.scheduling_profiles}
+        self._first_profile = self._cfg.scheduling_profiles[0].name
+        self._namespace = namespace
+        self._actor_options = {"push_plugin_metrics": False, "profile_num_cpus": 0.0, **(actor_options or {})}
+        self._schedule_timeout_s = schedule_timeout_s
+        self._startup_wait_s = startup_wait_s
+        self._retry_startup_s = retry_startup_s
+        self._runner: _CallerEndpointsRunner | None = None
+        self._starting: asyncio.Future | None = None
+        self._retry_at = 0.0
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="epp-router")
+        # internal request id -> (request, result) awaiting on_request_routed; then -> (request, replica)
+        self._decisions: OrderedDict[str, tuple[LLMRequest, SchedulingResult | None]] = OrderedDict()
+        self._routed: OrderedDict[str, tuple[LLMRequest, str]] = OrderedDict()
+        self.counters = RouterCounters()
+        registry = _registry()
+        registry[:] = [r for r in registry if r() is not None] + [weakref.ref(self)]
+
+    # --- the profile actors ----------------------------------------------------------------------
+
+    def _start_actors(self) -> dict[str, Any]:
+        """In a thread: find or create the actors, then wait until each answers."""
+        actors = start_router_profile_actors(self._cfg, namespace=self._namespace, options=self._actor_options)
+        ray.get([a.info.remote() for a in actors.values()], timeout=self._startup_wait_s)
+        return actors
+
+    async def _ensure_runner(self) -> _CallerEndpointsRunner:
+        if self._runner is not None:
+            return self._runner
+        loop = asyncio.get_running_loop()
+        if self._starting is None:
+            if loop.time() < self._retry_at:
+                raise NoDecision("actors_unavailable", "profile actors failed to start; retrying later")
+            self._starting = asyncio.wrap_future(self._executor.submit(self._start_actors), loop=loop)
+        starting = self._starting
+        try:
+            actors = await asyncio.shield(starting)
+        except Exception as err:
+            if self._starting is starting:
+                self._starting = None
+                self._retry_at = loop.time() + self._retry_startup_s
+            raise NoDecision("actors_unavailable", f"{type(err).__name__}: {err}") from None
+        if self._runner is None:
+            self._runner = _CallerEndpointsRunner(actors)
+            log.info("EPPRequestRouter: profile actors %s ready", sorted(actors))
+        return self._runner
+
+    # --- endpoints from replicas -----------------------------------------------------------------
+
+    def endpoint_of(self, replica: RunningReplica) -> Endpoint:
+        rid = replica.replica_id
+        labels = {str(k): str(v) for k, v in replica.replica_metadata.items() if isinstance(v, str | int | float)}
+        labels[REPLICA_LABEL] = rid.unique_id
+        if replica.node_id:
+            labels[NODE_LABEL] = replica.node_id
+        if replica.availability_zone:
+            labels[ZONE_LABEL] = replica.availability_zone
+        published = metrics_from_stats(replica.routing_stats)
+        if published is not None:
+            metrics, declared = published
+            labels.update(declared)
+        else:  # nothing published: Serve's own count of the replica's ongoing requests
+            queue_len = self.replica_queue_len_cache.get(rid) or 0
+            metrics = Metrics(waiting_queue_size=queue_len, running_requests_size=queue_len)
+        for model_id in replica.multiplexed_model_ids:  # loaded: resident adapters
+            metrics.active_models.setdefault(model_id, 0)
+        host_port = replica.backend_http_endpoint
+        address, port = host_port if host_port is not None else (UNKNOWN_ADDRESS, UNKNOWN_PORT)
+        return Endpoint(rid.unique_id, address, port, labels, metrics)
+
+    # --- choosing --------------------------------------------------------------------------------
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        if pending_request is None or not candidate_replicas:
+            return [candidate_replicas] if candidate_replicas else []
+        started = time.perf_counter()
+        try:
+            ranked = await self._schedule(candidate_replicas, pending_request)
+        except Exception as err:
+            reason = err.reason if isinstance(err, NoDecision) else "error"
+            self.counters.fallbacks[reason] += 1
+            log.debug("EPPRequestRouter: falling back to power of two choices (%s)", err)
+            try:
+                self._remember(pending_request, None)
+            except Exception:  # an odd request: the fallback still routes it
+                log.debug("EPPRequestRouter: could not read request for its hooks", exc_info=True)
+            return await PowerOfTwoChoicesRequestRouter.choose_replicas(self, candidate_replicas, pending_request)
+        finally:
+            self.counters.schedule_s += time.perf_counter() - started
+        self.counters.scheduled += 1
+        # Serve tries the ranks in order and sends to the first replica that accepts; when every
+        # replica is full it backs off and asks again (the scheduler then sees fresher state).
+        pending_request.routing_context.should_backoff = True
+        return ranked
+
+    async def _schedule(
+        self, candidates: list[RunningReplica], pending_request: PendingRequest
+    ) -> list[list[RunningReplica]]:
+        runner = await self._ensure_runner()
+        by_name = {r.replica_id.unique_id: r for r in candidates}
+        endpoints = [self.endpoint_of(r) for r in candidates]
+        request = request_of(pending_request, self._deployment_id.name)
+        try:
+            async with asyncio.timeout(self._schedule_timeout_s):
+                result = await schedule_cycles(self._handler, self._profiles, runner, request, endpoints)
+        except TimeoutError:
+            raise NoDecision("timeout", f"no decision within {self._schedule_timeout_s}s") from None
+        except Exception as err:  # SchedulingError (no endpoint, profile failed) or a plugin bug
+            code = getattr(getattr(err, "code", None), "value", type(err).__name__)
+            raise NoDecision(f"scheduling_{code}", str(err)) from None
+        primary = result.profile_results.get(result.primary_profile_name)
+        targets = [by_name[e.name] for e in (primary.target_endpoints if primary else []) if e.name in by_name]
+        if not targets:
+            raise NoDecision("no_target", f"primary profile {result.primary_profile_name!r} chose no replica")
+        self._remember(pending_request, (request, result))
+        chosen = {t.replica_id for t in targets}
+        rest = [r for r in candidates if r.replica_id not in chosen]
+        return [[t] for t in targets] + ([rest] if rest else [])
+
+    def _remember(self, pending_request: PendingRequest, decision: tuple[LLMRequest, SchedulingResult] | None) -> None:
+        iid = pending_request.metadata.internal_request_id
+        if decision is None:
+            decision = (request_of(pending_request, self._deployment_id.name), None)
+        self._decisions[iid] = decision
+        self._decisions.move_to_end(iid)
+        while len(self._decisions) > MAX_REMEMBERED:
+            self._decisions.popitem(last=False)
+
+    # --- PreRequest and ResponseComplete --------------------------------------------------------
+
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
+        self._on_loop(self._routed_event, pending_request, replica_id.unique_id)
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        self._on_loop(self._completed_event, internal_request_id, replica_id.unique_id)
+
+    def _on_loop(self, fn: Any, *args: Any) -> None:
+        """Run `fn` on the router's loop (the batchers live there), whichever thread Serve calls from."""
+        loop = self._event_loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            fn(*args)
+        else:
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _routed_event(self, pending_request: PendingRequest, replica_name: str) -> None:
+        iid = pending_request.metadata.internal_request_id
+        decision = self._decisions.pop(iid, None)
+        request, result = decision or (request_of(pending_request, self._deployment_id.name), None)
+        self.counters.routed += 1
+        first = result.primary.target_endpoints[0].name if result is not None else None
+        if result is None or first != replica_name:
+            if result is not None:
+                self.counters.routed_not_first += 1
+            result = self._result_for(result, replica_name)
+        self._routed[iid] = (request.without_body(), replica_name)
+        while len(self._routed) > MAX_REMEMBERED:
+            self._routed.popitem(last=False)
+        if self._runner is not None:
+            self._runner.pre_request(request, result)
+
+    def _result_for(self, result: SchedulingResult | None, replica_name: str) -> SchedulingResult:
+        """The decision as it was carried out: Serve sent the request to `replica_name` (back-pressure
+        moved it, or the fallback chose it), so that is what the stateful plugins must learn."""
+        replica = self._replicas_by_name(replica_name)
+        endpoint = self.endpoint_of(replica) if replica is not None else Endpoint(replica_name)
+        if result is None:
+            return SchedulingResult({self._first_profile: ProfileRunResult([endpoint])}, self._first_profile)
+        results = dict(result.profile_results)
+        results[result.primary_profile_name] = ProfileRunResult([endpoint])
+        return SchedulingResult(results, result.primary_profile_name, result.prefill_profile_name)
+
+    def _replicas_by_name(self, name: str) -> RunningReplica | None:
+        for rid, replica in self.curr_replicas.items():
+            if rid.unique_id == name:
+                return replica
+        return None
+
+    def _completed_event(self, iid: str, replica_name: str) -> None:
+        routed = self._routed.get(iid)
+        if routed is None or routed[1] != replica_name:  # not routed here (e.g. a rejected attempt)
+            return
+        del self._routed[iid]
+        self.counters.completed += 1
+        if self._runner is not None:
+            self._runner.response_complete(routed[0], replica_name)
+
+
+# --- requests from Serve's pending requests ---------------------------------------------------------
+
+
+def body_of(args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAI-shaped body among a handle call's arguments: a dict, or a pydantic request such as
+    vLLM's ChatCompletionRequest / CompletionRequest (only the fields scheduling reads)."""
+    for value in [*args, *kwargs.values()]:
+        if isinstance(value, dict) and ("messages" in value or "prompt" in value):
+            return value
+        dump = getattr(value, "model_dump", None)
+        if dump is not None and (hasattr(value, "messages") or hasattr(value, "prompt")):
+            try:
+                return dump(include=set(SCHEDULING_BODY_FIELDS), exclude_none=True)
+            except Exception:  # an odd model: schedule without a body
+                return {}
+    return {}
+
+
+def request_of(pending_request: PendingRequest, default_model: str) -> LLMRequest:
+    """The scheduler's request: the multiplexed model id (a LoRA adapter) is the target model, else
+    the body's model, else `default_model` (the deployment's name)."""
+    metadata = pending_request.metadata
+    body = body_of(pending_request.args, pending_request.kwargs)
+    model = metadata.multiplexed_model_id or body.get("model") or default_model
+    return LLMRequest(metadata.internal_request_id, str(model), body)
