@@ -27,8 +27,11 @@ __all__ = [
     "load_pods_file",
     "parse_pods",
     "profile_actor_name",
+    "router_profile_actor_name",
     "start_epp_actors",
+    "start_router_profile_actors",
     "stop_epp_actors",
+    "stop_router_profile_actors",
 ]
 
 
@@ -126,6 +129,55 @@ def stop_epp_actors(actors: EppActors) -> None:
     finally:
         with contextlib.suppress(Exception):
             ray.kill(actors.datastore, no_restart=True)
+
+
+def router_profile_actor_name(config_digest_: str, profile: str) -> str:
+    return f"epp-router:{config_digest_}:profile:{profile}"
+
+
+def start_router_profile_actors(
+    config: EndpointPickerConfig | dict[str, Any] | str,
+    *,
+    namespace: str,
+    options: ActorOptions | dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The profile actors of a Serve request router's config, found by name or created: every
+    router (one per deployment handle, in every ingress replica) that runs this config shares them,
+    and so shares the prefix index, in-flight ledgers and LoRA residency. They have no datastore:
+    each call brings its endpoints (the router's replicas). Named by the config's digest, so another
+    config gets other actors; detached, so they outlive any one router (`stop_router_profile_actors`
+    ends them). Makes GCS calls but waits for no actor: callers on an event loop run it in a thread."""
+    opts = as_options(options)
+    cfg = load_config(config)
+    dumped = dump_config(cfg)
+    digest = config_digest(dumped)
+    actors: dict[str, Any] = {}
+    for spec in cfg.scheduling_profiles:
+        actors[spec.name] = ProfileActor.options(
+            name=router_profile_actor_name(digest, spec.name),
+            namespace=namespace,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,
+            max_task_retries=opts.profile_max_task_retries,
+            num_cpus=opts.profile_num_cpus,
+        ).remote(dumped, spec.name, None, namespace, opts.model_dump())
+    return actors
+
+
+def stop_router_profile_actors(config: EndpointPickerConfig | dict[str, Any] | str, *, namespace: str) -> int:
+    """Kill a router config's profile actors (no restarts); returns how many there were."""
+    cfg = load_config(config)
+    digest = config_digest(dump_config(cfg))
+    killed = 0
+    for spec in cfg.scheduling_profiles:
+        try:
+            actor = ray.get_actor(router_profile_actor_name(digest, spec.name), namespace=namespace)
+        except ValueError:
+            continue
+        ray.kill(actor, no_restart=True)
+        killed += 1
+    return killed
 
 
 class PodsFileError(ValueError):

@@ -56,7 +56,7 @@ class ProfileActor:
         self,
         config: dict[str, Any],
         profile_name: str,
-        datastore_name: str,
+        datastore_name: str | None,
         namespace: str | None = None,
         options: dict[str, Any] | None = None,
     ) -> None:
@@ -82,9 +82,11 @@ class ProfileActor:
         self._intervals: deque[tuple[float, float]] = deque(maxlen=512)
         self._calls = 0
         self._watch_errors = 0
+        self._events = {"pre_request": 0, "first_token": 0, "response_complete": 0}
         self._recorder = MetricsRecorder()
         self._pusher: MetricsPusher | None = None
-        self._watcher = asyncio.get_running_loop().create_task(self._watch_loop())
+        # Without a datastore (a Serve request router's actors) every call brings its endpoints.
+        self._watcher = asyncio.get_running_loop().create_task(self._watch_loop()) if datastore_name else None
         # The same run_batch, also served on 127.0.0.1 for same-node gateways (see actors/channel.py).
         self._channel = ChannelServer(self.run_batch) if self._options.direct_channel else None
         self._channel_started = (
@@ -125,7 +127,7 @@ class ProfileActor:
 
     async def run_batch(self, items: list[ProfileCall | ProfileEvent]) -> list[ProfileOutcome | None]:
         """Apply events and run the profile once per call, in order, all on the current snapshot."""
-        if self._version == 0:  # just (re)started: wait briefly for the first snapshot, not fail
+        if self._version == 0 and self._watcher is not None:  # just (re)started: wait briefly for the first snapshot
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(FIRST_SNAPSHOT_WAIT_S):
                     await self.ready(1)
@@ -134,7 +136,10 @@ class ProfileActor:
         out: list[ProfileOutcome | None] = []
         for item in items:
             if isinstance(item, ProfileCall):
-                out.append(self._run_one(item, version, endpoints))
+                if item.endpoints is not None:
+                    out.append(self._run_one(item, 0, item.endpoints))
+                else:
+                    out.append(self._run_one(item, version, endpoints))
                 self._calls += 1
             else:
                 self._apply(item)
@@ -144,6 +149,8 @@ class ProfileActor:
         return out
 
     def _apply(self, event: ProfileEvent) -> None:
+        if event.kind in self._events:
+            self._events[event.kind] += 1
         if event.kind == "pre_request" and event.result is not None:
             self._hooks.pre_request(event.request, event.result)
         elif event.kind == "first_token" and event.endpoint_name is not None:
@@ -212,6 +219,7 @@ class ProfileActor:
             "calls": self._calls,
             "hook_errors": self._hooks.errors,
             "watch_errors": self._watch_errors,
+            "events": dict(self._events),
         }
 
     def __repr__(self) -> str:  # shows in Ray's logs and errors

@@ -34,6 +34,9 @@ class ProfileCall:
     request: LLMRequest
     cycle_state: CycleState
     want_trace: bool = False
+    # The endpoints to run on, when the caller knows them (a Serve request router: its replicas and
+    # their routing stats); None runs on the actor's datastore snapshot.
+    endpoints: list[Endpoint] | None = None
 
 
 @dataclass(slots=True)
