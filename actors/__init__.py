@@ -8,10 +8,11 @@ outcomes = ray.get(epp.profiles["default"].run_batch.remote([ProfileCall(request
 
 from actors.datastore import DatastoreActor
 from actors.launcher import EppActors, PodsFileError, load_pods_file, parse_pods, start_epp_actors, stop_epp_actors
+from actors.metrics_actor import NodeMetricsActor
 from actors.options import ActorOptions, PodSpec
-from actors.pod_metrics import NodeMetricsActor, PodScraper
 from actors.profile_actor import ProfileActor
 from actors.protocol import ProfileCall, ProfileOutcome
+from actors.scraper import PodScraper
 
 __all__ = [
     "ActorOptions",

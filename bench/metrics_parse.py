@@ -206,7 +206,7 @@ def bench_loop(seconds: float) -> dict:
     import asyncio
 
     from actors.options import ActorOptions, PodSpec
-    from actors.pod_metrics import PodScraper
+    from actors.scraper import PodScraper
 
     port = _free_port()
     server = multiprocessing.get_context("spawn").Process(
@@ -226,9 +226,9 @@ def bench_loop(seconds: float) -> dict:
                 scraper.start()
             await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)
-        cpu0, n0 = time.process_time(), scraper.scrapes
+        cpu0, n0 = time.process_time(), scraper.counters.scrapes
         await asyncio.sleep(seconds)
-        cpu, n = time.process_time() - cpu0, scraper.scrapes - n0
+        cpu, n = time.process_time() - cpu0, scraper.counters.scrapes - n0
         await scraper.stop()
         parse_us = scraper.stats()["parse_us_avg"]
         return {"scrapes": n, "cpu_us_per_scrape": round(cpu / n * 1e6), "parse_us_avg": parse_us}

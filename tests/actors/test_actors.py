@@ -11,39 +11,22 @@ pytestmark = pytest.mark.ray
 
 ray = pytest.importorskip("ray")
 
-from actors import ActorOptions, PodSpec, ProfileCall, start_epp_actors, stop_epp_actors  # noqa: E402
-from actors.datastore import metrics_actor_name  # noqa: E402
+from actors import PodSpec, ProfileCall, start_epp_actors, stop_epp_actors  # noqa: E402
 from actors.launcher import profile_actor_name  # noqa: E402
+from actors.metrics_groups import metrics_actor_name  # noqa: E402
 from actors.placement import affinity_for, node_ids_by_ip  # noqa: E402
 from actors.protocol import ProfileEvent  # noqa: E402
 from scheduler import (  # noqa: E402
     CycleState,
     ErrorCode,
-    LLMRequest,
     Scheduler,
     SchedulingResult,
     SchedulingTrace,
     load_config,
 )
 from scheduler.admission import admission_detectors, pool_saturated  # noqa: E402
-from simulator import PodConfig, start_sim_pods_in_thread  # noqa: E402
 from tests.actors import plugins_for_tests  # noqa: E402, F401  (registers the test plugins here too)
-
-CONFIG = """
-apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-  - pluginRef: max-score-picker
-"""
+from tests.actors.support import BLOCKS, CONFIG, MODEL, fast_options, pod_specs, request, wait_for  # noqa: E402
 
 # Two profiles that each take >= 60 ms per call; "b" also filters every endpoint out (it fails).
 TWO_PROFILES = """
@@ -71,47 +54,6 @@ schedulingProfiles:
   plugins: [{pluginRef: slow}, {pluginRef: nobody}, {pluginRef: max-score-picker}]
 """
 
-BLOCKS = {"sim-0": 1000, "sim-1": 2000, "sim-2": 3000}
-MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-
-
-def fast_options(name: str, **overrides) -> ActorOptions:
-    values = {
-        "datastore_name": name,
-        "refresh_interval_s": 0.05,
-        "scrape_timeout_s": 0.3,
-        "heartbeat_s": 0.1,  # keeps update_time within utilization-detector's 200 ms
-        "staleness_threshold_s": 0.8,
-        "unhealthy_after_failures": 3,
-        "check_interval_s": 0.05,
-        "snapshot_min_interval_s": 0.0,
-        "watch_timeout_s": 1.0,
-        "models_refresh_s": 1.0,
-        "plugin_modules": ["tests.actors.plugins_for_tests"],
-    }
-    values.update(overrides)
-    return ActorOptions(**values)
-
-
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    from ray.exceptions import ActorUnavailableError
-
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except ActorUnavailableError:  # an actor restarting: not yet
-            last = None
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-
-
-def request(i: int = 0, model: str = MODEL) -> LLMRequest:
-    return LLMRequest(request_id=f"r{i}", target_model=model, body={"model": model, "prompt": f"hello {i}"})
-
 
 def status_of(epp, name: str) -> dict:
     return next(row for row in ray.get(epp.datastore.status.remote()) if row["name"] == name)
@@ -123,17 +65,6 @@ def snapshot_names(epp) -> set[str]:
 
 def named_actors(prefix: str) -> set[str]:
     return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix)}
-
-
-@pytest.fixture(scope="module")
-def sim():
-    configs = [PodConfig(name=n, num_gpu_blocks=b, max_loras=2 if n == "sim-0" else 4) for n, b in BLOCKS.items()]
-    with start_sim_pods_in_thread(configs) as cluster:
-        yield cluster
-
-
-def pod_specs(sim) -> list[PodSpec]:
-    return [PodSpec(name=p.name, address=p.address, port=p.port, labels=p.labels) for p in sim.pods]
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,12 @@ import asyncio
 
 import pytest
 
-from actors.datastore import READY, STARTING, UNHEALTHY, DatastoreCore, _Pod
+from actors.datastore_core import DatastoreCore
 from actors.options import ActorOptions, PodSpec
-from actors.pod_metrics import PodScraper, ReportBatcher, after_scrape
+from actors.pod_state import PodRecord, PodState
+from actors.report_batcher import ReportBatcher
+from actors.scrape_rules import after_scrape
+from actors.scraper import PodScraper
 from scheduler import Metrics
 from simulator import PodConfig, start_sim_pods_in_thread
 
@@ -103,11 +106,11 @@ async def test_report_batcher_raises_the_calls_error_in_every_report_of_it():
 def test_datastore_core_bumps_the_version_once_per_batch():
     core = DatastoreCore(ActorOptions(unhealthy_after_failures=2))
     for name in ("a", "b", "c"):
-        core.pods[name] = _Pod(PodSpec(name=name, address="127.0.0.1", port=1))
+        core.pods[name] = PodRecord(PodSpec(name=name, address="127.0.0.1", port=1))
     v0 = core.version
     m = Metrics(waiting_queue_size=1, cache_num_blocks=10)
     assert core.report_batch([(n, m, None, 0, 0) for n in ("a", "b", "c")]) == 3
-    assert core.version == v0 + 1 and {p.state for p in core.pods.values()} == {READY}
+    assert core.version == v0 + 1 and {p.state for p in core.pods.values()} == {PodState.READY}
     assert [e.name for e in core.snapshot()[1]] == ["a", "b", "c"]
 
     # the same values, scraped later (a heartbeat): a new version all the same, whose snapshot has the
@@ -125,12 +128,12 @@ def test_datastore_core_bumps_the_version_once_per_batch():
 
     # failures count as the metrics actor says; the pod leaves the snapshot when unhealthy
     core.report_batch([("c", None, "GET: refused", 1, 1)])
-    assert core.pods["c"].state == READY and core.version == v0 + 2
+    assert core.pods["c"].state is PodState.READY and core.version == v0 + 2
     core.report_batch([("c", None, "GET: refused", 2, 2)])
-    assert core.pods["c"].state == UNHEALTHY and core.version == v0 + 3
+    assert core.pods["c"].state is PodState.UNHEALTHY and core.version == v0 + 3
     assert [e.name for e in core.snapshot()[1]] == ["a", "b"]
     assert core.pods["c"].last_error == "GET: refused" and core.pods["c"].total_failures == 2
-    assert STARTING not in {p.state for p in core.pods.values()}
+    assert PodState.STARTING not in {p.state for p in core.pods.values()}
 
 
 @pytest.fixture(scope="module")
@@ -169,4 +172,5 @@ async def test_scrapers_of_one_process_share_report_calls(two_pods):
     assert len(calls) <= entries * 0.6, calls
     assert sum(c == ["p-0", "p-1"] or c == ["p-1", "p-0"] for c in calls) >= 4, calls
     for s in scrapers:  # an idle page is parsed once, then recognised as unchanged
-        assert s.parses <= 2 and s.parse_skips >= s.scrapes - 2 and s.scrapes >= 40
+        c = s.counters
+        assert c.parses <= 2 and c.parse_skips >= c.scrapes - 2 and c.scrapes >= 40

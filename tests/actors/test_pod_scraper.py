@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from actors.options import ActorOptions, PodSpec
-from actors.pod_metrics import PodScraper, model_ids
+from actors.scraper import PodScraper, model_ids
 from simulator import PodConfig, start_sim_pods_in_thread
 
 
@@ -34,7 +34,7 @@ async def test_reports_on_change_and_heartbeat_and_throttles_failures(pod):
         await asyncio.sleep(0.8)
         ok = [r for r in reports if r[0] is not None]
         assert ok and ok[0][0].cache_num_blocks == 1234 and ok[0][1] is None
-        assert scraper.scrapes >= 15
+        assert scraper.counters.scrapes >= 15
         assert 2 <= len(ok) <= 6  # idle pod: the first report, then heartbeats only
         assert models == [["meta-llama/Llama-3.1-8B-Instruct"]]
 
@@ -45,7 +45,7 @@ async def test_reports_on_change_and_heartbeat_and_throttles_failures(pod):
         assert failures and all("bad metrics" in r[1] for r in failures)
         assert [r[2] for r in failures[:3]] == [1, 2, 3]  # one by one until unhealthy...
         assert len(failures) <= 3 + 4  # ...then once per heartbeat
-        assert scraper.consecutive_failures > len(failures)
+        assert scraper.counters.consecutive_failures > len(failures)
 
         reports.clear()
         pod.set_failures({})
