@@ -15,8 +15,11 @@ Restart. The datastore is created with max_restarts=-1. Its metrics actors are d
 after it (`actors/metrics_fleet.py`), so they outlive it; a restarted datastore (Ray re-runs the
 constructor) rebuilds its pod list from the metrics actors it finds by name (each says which pods it
 scrapes), ignoring the constructor's list (which may be out of date after add/remove), and asks each
-to re-send its state. Lost in a restart: the metrics until the next scrape (≈50 ms), the version
-sequence (a new, larger one starts), and how long each pod has been known. A first start (not a
+to re-send its state. Until every pod has been reported on again (about one scrape interval), or
+`staleness_threshold_s` at most, readers (`snapshot`, `watch`, `models`) wait: they keep the
+snapshot they hold instead of adopting the rebuilt one, which would show a ready pool empty. Lost in
+a restart: the metrics until the next scrape (≈50 ms), the version sequence (a new, larger one
+starts), and how long each pod has been known. A first start (not a
 restart) kills leftover metrics actors of the same datastore name and starts from the constructor's
 list. A restarted metrics actor asks the datastore for its current pod list
 (`pods_of_metrics_actor`)."""
@@ -64,6 +67,7 @@ class DatastoreActor:
         self._restarted = ray.get_runtime_context().was_current_actor_reconstructed
         self._bootstrapped = asyncio.Event()
         self._bootstrap_error: str | None = None
+        self._published = asyncio.Event()  # readers may see snapshots (see "Restart" above)
         self._lock = asyncio.Lock()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._bootstrap()), loop.create_task(self._check_loop())]
@@ -94,10 +98,37 @@ class DatastoreActor:
             log.exception("datastore %s failed to start: %s", self._name, err)
         finally:
             self._bootstrapped.set()
+        if self._restarted and self._bootstrap_error is None:
+            await self._hold_until_reported()
+        self._published.set()
+
+    async def _hold_until_reported(self) -> None:
+        """A rebuilt datastore knows its pods but none of their metrics: published now, its first
+        snapshot would be an empty pool while every pod is up. Readers wait until every pod was
+        reported on again (the metrics actors were asked to resync: about one scrape interval), or
+        at most staleness_threshold_s, after which an unreported pod is stale anyway."""
+        limit = self._options.staleness_threshold_s
+        if not await self._until_reported(limit):
+            silent = sorted(n for n, p in self._core.pods.items() if p.reports == 0)
+            log.warning("datastore %s: no report from %s %.1fs after the restart", self._name, silent, limit)
+
+    async def _until_reported(self, timeout_s: float) -> bool:
+        """Wait until every pod was reported on once (scraped, or failed), or timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while not self._core.all_reported():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
 
     async def _ready(self) -> None:
         if not self._bootstrapped.is_set():
             await self._bootstrapped.wait()
+
+    async def _readable(self) -> None:
+        """For readers of the pool: after start-up, and after a restart's hold."""
+        if not self._published.is_set():
+            await self._published.wait()
 
     async def _check_loop(self) -> None:
         while True:
@@ -151,12 +182,12 @@ class DatastoreActor:
 
     async def snapshot(self) -> tuple[int, list[Endpoint]]:
         """(version, routable endpoints): healthy pods with fresh metrics."""
-        await self._ready()
+        await self._readable()
         return self._core.snapshot()
 
     async def watch(self, since_version: int, timeout_s: float) -> tuple[int, list[Endpoint]]:
         """Like snapshot(), but waits until the version is newer than `since_version` (or timeout_s)."""
-        await self._ready()
+        await self._readable()
         return await self._core.watch(since_version, timeout_s)
 
     async def status(self) -> list[dict[str, Any]]:
@@ -166,7 +197,7 @@ class DatastoreActor:
         return self._core.status()
 
     async def models(self) -> list[str]:
-        await self._ready()
+        await self._readable()
         return self._core.models()
 
     async def version(self) -> int:
@@ -234,11 +265,7 @@ class DatastoreActor:
         version then. (Not "until none is `starting`": a pod whose metrics actor is slow to start
         goes from starting to stale without a report.)"""
         await self._ready()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._core.all_reported():
-                break
-            await asyncio.sleep(0.02)
+        await self._until_reported(timeout_s)
         return self._core.version
 
     async def metrics_actors(self) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Ray; `NodeMetricsActor` runs one per pod). It also follows the pod's served mode
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -100,6 +101,7 @@ class PodScraper:
         self.last_warning: str | None = None
         self.models: list[str] | None = None
         self._reported_models: list[str] | None = None
+        self._models_wanted = asyncio.Event()  # re-send the served models now, not at the next refresh
         # the last page and what it parsed to (an idle server serves the same page again)
         self._last_body: bytes | None = None
         self._last_parsed: tuple[Metrics | None, str | None] | None = None
@@ -135,6 +137,7 @@ class PodScraper:
         """Report on the next scrape even if nothing changed, and re-send the served models."""
         self._policy.lost()
         self._reported_models = None
+        self._models_wanted.set()
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -272,7 +275,11 @@ class PodScraper:
                     log.debug("models report of %s failed: %s", self.spec.name, err)
                     ok = False
             # until the first success (the server may still be starting), try every second
-            await asyncio.sleep(self.options.models_refresh_s if ok else min(1.0, self.options.models_refresh_s))
+            wait = self.options.models_refresh_s if ok else min(1.0, self.options.models_refresh_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._models_wanted.wait()
+            self._models_wanted.clear()
 
     async def _fetch_models(self) -> bool:
         try:

@@ -76,3 +76,30 @@ def test_model_ids():
     assert model_ids({"data": [{"id": "b"}, {"id": "a"}, {"id": "a"}, {"x": 1}, "junk"]}) == ["a", "b"]
     with pytest.raises(ValueError):
         model_ids({"object": "list"})
+
+
+async def test_resync_re_sends_the_served_models_at_once(pod):
+    # a restarted datastore knows no served models until each scraper sends them again: not at the
+    # next refresh (here 30 s away), at once
+    models: list[list[str]] = []
+
+    async def report(metrics, error, consecutive, total):
+        return None
+
+    async def report_models(ids):
+        models.append(ids)
+
+    options = ActorOptions(refresh_interval_s=0.05, models_refresh_s=30.0)
+    scraper = PodScraper(PodSpec(name=pod.name, address=pod.address, port=pod.port), options, report, report_models)
+    scraper.start()
+    try:
+        async with asyncio.timeout(5):
+            while not models:
+                await asyncio.sleep(0.01)
+        scraper.resync()
+        async with asyncio.timeout(1):
+            while len(models) < 2:
+                await asyncio.sleep(0.01)
+        assert models == [["meta-llama/Llama-3.1-8B-Instruct"]] * 2
+    finally:
+        await scraper.stop()
