@@ -15,14 +15,14 @@ Restart. The datastore is created with max_restarts=-1. Its metrics actors are d
 after it (`actors/metrics_fleet.py`), so they outlive it; a restarted datastore (Ray re-runs the
 constructor) rebuilds its pod list from the metrics actors it finds by name (each says which pods it
 scrapes), ignoring the constructor's list (which may be out of date after add/remove), and asks each
-to re-send its state. Until every pod has been reported on again (about one scrape interval), or
+to re-send its state at once (a metrics actor also gives up a report call in flight to the dead
+incarnation). Until every pod has been reported on again (the next scrape, tens of ms), or
 `staleness_threshold_s` at most, readers (`snapshot`, `watch`, `models`) wait: they keep the
-snapshot they hold instead of adopting the rebuilt one, which would show a ready pool empty. Lost in
-a restart: the metrics until the next scrape (≈50 ms), the version sequence (a new, larger one
-starts), and how long each pod has been known. A first start (not a
-restart) kills leftover metrics actors of the same datastore name and starts from the constructor's
-list. A restarted metrics actor asks the datastore for its current pod list
-(`pods_of_metrics_actor`)."""
+snapshot they hold instead of adopting the rebuilt one, which would show a ready pool empty. Lost
+in a restart: the metrics until then, the version sequence (a new, larger one starts), and how long
+each pod has been known. A first start (not a restart) kills leftover metrics actors of the same
+datastore name and starts from the constructor's list. A restarted metrics actor asks the datastore
+for its current pod list (`pods_of_metrics_actor`)."""
 
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ class DatastoreActor:
         self._bootstrapped = asyncio.Event()
         self._bootstrap_error: str | None = None
         self._published = asyncio.Event()  # readers may see snapshots (see "Restart" above)
+        self._held_s: float | None = None  # how long a restart held the readers
         self._lock = asyncio.Lock()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._bootstrap()), loop.create_task(self._check_loop())]
@@ -105,12 +106,14 @@ class DatastoreActor:
     async def _hold_until_reported(self) -> None:
         """A rebuilt datastore knows its pods but none of their metrics: published now, its first
         snapshot would be an empty pool while every pod is up. Readers wait until every pod was
-        reported on again (the metrics actors were asked to resync: about one scrape interval), or
-        at most staleness_threshold_s, after which an unreported pod is stale anyway."""
+        reported on again (the metrics actors were asked to resync: the next scrape), or at most
+        staleness_threshold_s, after which an unreported pod is stale anyway."""
         limit = self._options.staleness_threshold_s
+        started = time.monotonic()
         if not await self._until_reported(limit):
             silent = sorted(n for n, p in self._core.pods.items() if p.reports == 0)
             log.warning("datastore %s: no report from %s %.1fs after the restart", self._name, silent, limit)
+        self._held_s = time.monotonic() - started
 
     async def _until_reported(self, timeout_s: float) -> bool:
         """Wait until every pod was reported on once (scraped, or failed), or timeout_s."""
@@ -288,6 +291,7 @@ class DatastoreActor:
             "version": self._core.version,
             "pods": len(self._core.pods),
             "metrics_actors": len(self._fleet.handles),
+            "restart_hold_s": None if self._held_s is None else round(self._held_s, 3),
         }
 
     async def shutdown(self) -> int:

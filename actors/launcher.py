@@ -1,5 +1,5 @@
-"""Start and stop the EPP actors: the datastore (with a metrics actor per pod) and one profile
-actor per scheduling profile of the config. Also reads a pods file."""
+"""Start and stop the EPP actors: the datastore (with its metrics actors, one per Ray node's pods)
+and one profile actor per scheduling profile of the config. Also reads a pods file."""
 
 from __future__ import annotations
 

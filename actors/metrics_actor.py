@@ -145,6 +145,8 @@ class NodeMetricsActor:
         return any(await asyncio.gather(*(s.stop() for s in self._pick(pod))))
 
     async def resync(self) -> None:
+        """The datastore (re)started and knows nothing yet: every pod's state again, at once."""
+        self._batcher.abandon()  # a call in flight went to the dead incarnation
         for scraper in self._scrapers.values():
             scraper.resync()
 

@@ -14,6 +14,10 @@ from typing import Any
 from actors.scrape_report import ScrapeReport
 
 
+class ReportAbandoned(Exception):
+    """The call that carried a report was given up (see `ReportBatcher.abandon`): say it again."""
+
+
 class ReportRound:
     """Counts the scrapes under way that may still report (see `PodScraper.scrape_once`)."""
 
@@ -57,6 +61,7 @@ class ReportBatcher(ReportRound):
         self.max_wait_s = max_wait_s
         self._pending: list[tuple[ScrapeReport, asyncio.Future[None]]] = []
         self._task: asyncio.Task | None = None
+        self._call: asyncio.Future[Any] | None = None  # the send in flight
         self.calls = 0
         self.entries = 0
 
@@ -68,26 +73,37 @@ class ReportBatcher(ReportRound):
             self._task = loop.create_task(self._flush())
         return future
 
+    def abandon(self) -> None:
+        """Give up the call in flight, e.g. to a datastore that restarted meanwhile (the dead
+        incarnation never answers; the call would hold every later report until it times out): its
+        reports fail with `ReportAbandoned`, and those queued behind it go out at once."""
+        if self._call is not None:
+            self._call.cancel()
+
     async def _flush(self) -> None:
         await self.wait_quiet(self.max_wait_s)
         while self._pending:
             batch, self._pending = self._pending, []
             self.calls += 1
             self.entries += len(batch)
+            self._call = call = asyncio.ensure_future(self._send([entry for entry, _ in batch]))
             try:
-                await self._send([entry for entry, _ in batch])
+                await asyncio.wait({call})
             except asyncio.CancelledError:
+                call.cancel()
                 for _, future in batch:
                     future.cancel()
                 raise
-            except Exception as err:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(err)
-            else:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_result(None)
+            finally:
+                self._call = None
+            error = ReportAbandoned("the report call was given up") if call.cancelled() else call.exception()
+            for _, future in batch:
+                if future.done():
+                    continue
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
 
     def close(self) -> None:
         if self._task is not None:

@@ -53,7 +53,8 @@ class SnapshotReader:
 
 
 def test_a_datastore_restart_never_publishes_an_empty_pool(ray_session, sim):
-    epp = start_epp_actors(CONFIG, pod_specs(sim), options=fast_options("t-restart"))
+    # staleness well above the hold expected (about a scrape interval), to tell the two apart
+    epp = start_epp_actors(CONFIG, pod_specs(sim), options=fast_options("t-restart", staleness_threshold_s=3.0))
     profile = epp.profiles["default"]
     reader = SnapshotReader.remote("t-restart", epp.namespace)
     stop = threading.Event()
@@ -75,7 +76,7 @@ def test_a_datastore_restart_never_publishes_an_empty_pool(ray_session, sim):
     try:
         wait_for(lambda: ray.get(reader.seen.remote())["sizes"], what="the reader's first snapshot")
         caller.start()
-        pids = set()
+        pids, holds = set(), []
         for _ in range(KILLS):
             time.sleep(0.5)
             pid = ray.get(epp.datastore.debug_info.remote())["pid"]
@@ -91,6 +92,7 @@ def test_a_datastore_restart_never_publishes_an_empty_pool(ray_session, sim):
                 timeout=15,
                 what="every pod routable again",
             )
+            holds.append(ray.get(epp.datastore.debug_info.remote())["restart_hold_s"])
         time.sleep(0.5)
     finally:
         stop.set()
@@ -99,12 +101,13 @@ def test_a_datastore_restart_never_publishes_an_empty_pool(ray_session, sim):
         ray.kill(reader, no_restart=True)
         stop_epp_actors(epp)
 
-    assert len(pids) == KILLS  # each kill was a new process
-    assert seen["errors"] > 0  # the reader did lose the datastore
-    errors = [message for _, message in outcomes if message is not None]
-    assert len(outcomes) > 50 and not errors, f"{len(errors)} failed of {len(outcomes)}: {sorted(set(errors))}"
+    assert len(pids) == KILLS and seen["errors"] > 0  # three new processes; the reader did lose the datastore
     empty = [v for v, n in seen["sizes"] if n == 0]
     assert not empty, f"the reader adopted {len(empty)} empty snapshots of {len(seen['sizes'])}: {seen['sizes']}"
+    errors = [message for _, message in outcomes if message is not None]
+    assert len(outcomes) > 50 and not errors, f"{len(errors)} failed of {len(outcomes)}: {sorted(set(errors))}"
+    # each restart held the readers until the pods had reported again (a scrape), not until the bound
+    assert all(h is not None and h < 0.5 for h in holds), holds
 
 
 def _info(datastore) -> dict | None:

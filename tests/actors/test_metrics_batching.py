@@ -10,7 +10,8 @@ import pytest
 from actors.datastore_core import DatastoreCore
 from actors.options import ActorOptions, PodSpec
 from actors.pod_state import PodRecord, PodState
-from actors.report_batcher import ReportBatcher
+from actors.report_batcher import ReportAbandoned, ReportBatcher
+from actors.scrape_report import ScrapeReport
 from actors.scrape_rules import after_scrape
 from actors.scraper import PodScraper
 from scheduler import Metrics
@@ -101,6 +102,31 @@ async def test_report_batcher_raises_the_calls_error_in_every_report_of_it():
     fail = False
     await batcher.report(("a", None, "x", 2, 2))  # the next call goes out normally
     assert batcher.calls == 2
+
+
+async def test_an_abandoned_call_fails_its_reports_and_lets_the_next_ones_go():
+    # a call to a datastore that restarted meanwhile never answers: it must not hold later reports
+    calls: list[list[str]] = []
+
+    async def send(entries):
+        calls.append([e.pod for e in entries])
+        if len(calls) == 1:
+            await asyncio.Event().wait()  # the dead incarnation
+
+    batcher = ReportBatcher(send, max_wait_s=0.0)
+    first = batcher.report(ScrapeReport("a", None, "x", 1, 1))
+    await asyncio.sleep(0.01)
+    second = batcher.report(ScrapeReport("b", None, "x", 1, 1))
+    await asyncio.sleep(0.05)
+    assert calls == [["a"]] and not second.done()  # held behind the call in flight
+    batcher.abandon()
+    await second
+    with pytest.raises(ReportAbandoned):
+        await first
+    assert calls == [["a"], ["b"]]
+    batcher.abandon()  # nothing in flight: nothing happens
+    await batcher.report(ScrapeReport("c", None, "x", 1, 1))
+    assert calls[-1] == ["c"]
 
 
 def test_datastore_core_bumps_the_version_once_per_batch():
