@@ -25,6 +25,8 @@ log = logging.getLogger("ray_epp.actors.datastore")
 
 
 class DatastoreCore:
+    """The pods by name, the current version, and the snapshot of the routable pods at it."""
+
     def __init__(self, options: ActorOptions) -> None:
         self.options = options
         self.pods: dict[str, PodRecord] = {}
