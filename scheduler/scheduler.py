@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 from scheduler.config import build_plugins, load_config
 from scheduler.cycle_state import CycleState, profile_error_key
 from scheduler.errors import ErrorCode, SchedulingError
 from scheduler.hooks import RequestHooks
 from scheduler.interfaces import Plugin, PluginTimer, ProfileHandler
-from scheduler.loop import run_sync, schedule_cycles
+from scheduler.loop import CYCLE_SEED_KEY, run_sync, schedule_cycles
 from scheduler.profile import SchedulerProfile
 from scheduler.trace import ProfileTrace, SchedulingTrace
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult
@@ -28,6 +30,8 @@ class Scheduler:
         self.plugins = plugins if plugins is not None else _plugins_of(handler, profiles)
         self.timer = timer
         self.hooks = RequestHooks(self.plugins.values())
+        # Each cycle's seed (scheduler/plugins/support/cycle_rng.py); replace it to make runs repeat.
+        self.cycle_seeds = random.Random()
 
     @classmethod
     def from_config(cls, config, timer: PluginTimer | None = None) -> Scheduler:
@@ -48,9 +52,11 @@ class Scheduler:
         the decision (in the Ray path the gateway tells the profile actors instead)."""
         if not endpoints:
             raise SchedulingError(ErrorCode.SERVICE_UNAVAILABLE, "no endpoints to schedule on")
+        cycle_state = CycleState()
+        cycle_state.write(CYCLE_SEED_KEY, self.cycle_seeds.getrandbits(64))
         result = run_sync(
             schedule_cycles(
-                self.handler, self.profiles, self._run_profiles, request, endpoints, CycleState(), trace, self.timer
+                self.handler, self.profiles, self._run_profiles, request, endpoints, cycle_state, trace, self.timer
             )
         )
         if run_pre_request:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,7 +244,11 @@ def _check_ports(spec: LaunchSpec) -> None:
     from serve_app.ingress import PortInUse, check_port_free
 
     checks = [("gateway", spec.port)]
-    if spec.address is None:  # a joined cluster's Serve may run its proxy there already: serve.start keeps it
+    # A joined cluster's Serve, or the Ray this process already runs (tests, notebooks), may run its
+    # proxy there already: serve.start keeps it.
+    ray_module = sys.modules.get("ray")
+    attached = ray_module is not None and ray_module.is_initialized()
+    if spec.address is None and not attached:
         checks.append(("Serve proxy", spec.serve_proxy_port))
     for what, port in checks:
         deadline = time.monotonic() + PORT_FREE_WAIT_S

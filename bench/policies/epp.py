@@ -47,6 +47,9 @@ class SchedulerRouter:
                 plugin.clock = clock  # type: ignore[attr-defined]
             if isinstance(getattr(plugin, "rng", None), random.Random):
                 plugin.rng = random.Random(f"{seed}:{name}")  # type: ignore[attr-defined]
+                if hasattr(plugin, "rng_salt"):  # draws per cycle (cycle_rng): salt from the seeded generator
+                    plugin.rng_salt = plugin.rng.getrandbits(64)  # type: ignore[attr-defined]
+        self.scheduler.cycle_seeds = random.Random(f"{seed}:cycles")
         self.detectors = admission_detectors(self.scheduler.plugins.values())
         for detector in self.detectors:
             detector.clock = clock  # type: ignore[attr-defined]

@@ -129,9 +129,11 @@ def test_a_pod_that_never_reports_holds_readers_back_only_until_it_would_be_stal
         wait_for(lambda: (_info(epp.datastore) or {}).get("pid") not in (None, pid), timeout=30, what="restart")
         back = time.monotonic()
         assert _names(epp) == {"sim-0"}  # the pod that reports is served...
-        held = time.monotonic() - back
-        # ...once the silent one would be stale: the readers waited for it, but not for ever
-        assert 0.7 < held < 1.5 + 5.0, held
+        assert time.monotonic() - back < 1.5 + 5.0
+        # ...once the silent one would be stale: the datastore held its readers for it (its own
+        # clock: the test may notice the restart late on a busy machine), but not for ever.
+        held = ray.get(epp.datastore.debug_info.remote())["restart_hold_s"]
+        assert held is not None and 1.0 < held < 1.5 + 1.0, held
         rows = {r["name"]: r for r in ray.get(epp.datastore.status.remote())}
         assert rows["sim-1"]["reports"] == 0 and rows["sim-0"]["state"] == "ready"
     finally:

@@ -13,7 +13,7 @@ import yaml
 
 from scheduler import CycleState, Endpoint, LLMRequest, Metrics, Scheduler, SchedulingError, load_config
 from scheduler.interfaces import PDDecider
-from scheduler.loop import CONCURRENT_ROUNDS_KEY, CYCLE_SEEDS
+from scheduler.loop import CONCURRENT_ROUNDS_KEY
 from scheduler.plugins.handlers.disagg import RAN_WITH_DECODE
 from scheduler.plugins.scorers.prefill_backlog import PrefillBacklogScorer
 from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
@@ -94,7 +94,7 @@ def ledger_state(s: Scheduler) -> dict[str, int]:
 
 def run(s: Scheduler, n: int = 300, seed: int = 7) -> tuple[list, list, list]:
     """Every request's outcome and decision record, and the ledger after each; rounds per request."""
-    CYCLE_SEEDS.seed(99)
+    s.cycle_seeds.seed(99)
     outcomes, ledgers, rounds = [], [], []
     for req, endpoints, complete in stream(n, seed):
         trace = SchedulingTrace()
