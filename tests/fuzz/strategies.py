@@ -19,7 +19,8 @@ FUZZ = settings(
     derandomize=True,
     database=None,
     max_examples=300,
-    deadline=timedelta(seconds=2),
+    # A hang, not jitter: the suite shares 2 cores with Ray, and one example took 3.8 s under load.
+    deadline=timedelta(seconds=15),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 
