@@ -1,5 +1,6 @@
 """The request-lifecycle hooks of a set of plugins, dispatched in one place: PreRequest after the
-decision, ResponseFirstToken when a stream's first token arrives, ResponseComplete at the end.
+decision, ResponseHeader when the response starts, ResponseFirstToken when a stream's first token
+arrives, ResponseComplete at the end.
 The in-process Scheduler uses it for all its plugins, each profile actor for its profile's
 plugins, the gateway for the detectors it keeps locally: one rule everywhere.
 
@@ -18,28 +19,39 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from scheduler.interfaces import Plugin, PreRequest, ResponseComplete, ResponseFirstToken
+from scheduler.interfaces import Plugin, PreRequest, ResponseComplete, ResponseFirstToken, ResponseHeader
 from scheduler.types import LLMRequest, SchedulingResult
 
 log = logging.getLogger("ray_epp.scheduler.hooks")
 
 
 class RequestHooks:
-    __slots__ = ("_complete", "_first_token", "_pre_request", "errors")
+    __slots__ = ("_complete", "_first_token", "_headers", "_pre_request", "errors")
 
     def __init__(self, plugins: Iterable[Plugin]) -> None:
         plugins = list(plugins)
         self._pre_request = [p for p in plugins if isinstance(p, PreRequest)]
         self._first_token = [p for p in plugins if isinstance(p, ResponseFirstToken)]
         self._complete = [p for p in plugins if isinstance(p, ResponseComplete)]
+        self._headers = [p for p in plugins if isinstance(p, ResponseHeader)]
         self.errors = 0  # hook calls that raised, since this dispatcher was built
 
     def __bool__(self) -> bool:
-        return bool(self._pre_request or self._first_token or self._complete)
+        return bool(self._pre_request or self._first_token or self._complete or self._headers)
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         for hook in self._pre_request:
             self._run(hook, hook.pre_request, request, result)
+
+    def response_headers(self, request: LLMRequest, result: SchedulingResult) -> dict[str, str]:
+        """The headers the ResponseHeader plugins add to the client's response, in plugin order
+        (a later plugin's value for the same header wins)."""
+        headers: dict[str, str] = {}
+        for hook in self._headers:
+            added = self._run(hook, hook.response_headers, request, result)
+            if added:
+                headers.update(added)
+        return headers
 
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         for hook in self._first_token:
@@ -49,9 +61,9 @@ class RequestHooks:
         for hook in self._complete:
             self._run(hook, hook.response_complete, request, endpoint_name)
 
-    def _run(self, plugin: Plugin, method: Callable[..., None], request: LLMRequest, arg: Any) -> None:
+    def _run(self, plugin: Plugin, method: Callable[..., Any], request: LLMRequest, arg: Any) -> Any:
         try:
-            method(request, arg)
+            return method(request, arg)
         except Exception as err:  # a plugin's bug must not lose the other plugins' updates
             self.errors += 1
             log.warning(

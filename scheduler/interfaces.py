@@ -151,6 +151,16 @@ class ResponseComplete(Plugin):
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None: ...
 
 
+class ResponseHeader(Plugin):
+    """Adds headers to the response the client gets (llm-d's ResponseHeaderProcessor), e.g. the
+    session token a client echoes to come back to its endpoint. It runs in the gateway replica
+    that answers, on that replica's own instance of the plugin, when the response starts: what it
+    writes must follow from the request and the decision, not from state kept in a profile actor."""
+
+    @abstractmethod
+    def response_headers(self, request: LLMRequest, result: SchedulingResult) -> Mapping[str, str]: ...
+
+
 class SaturationDetector(Plugin):
     """Says whether the pool is saturated (GIE's SaturationDetector): the gateway then sheds
     sheddable requests (priority < 0) with 429 before scheduling them. Declared in `plugins`;
@@ -189,7 +199,7 @@ class PluginTimer(Protocol):
 
 ROLES: tuple[type[Plugin], ...] = (
     Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
-    ResponseComplete,
+    ResponseComplete, ResponseHeader,
 )  # fmt: skip
 
 

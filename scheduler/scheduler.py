@@ -66,6 +66,11 @@ class Scheduler:
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         self.hooks.pre_request(request, result)
 
+    def response_headers(self, request: LLMRequest, result: SchedulingResult) -> dict[str, str]:
+        """The headers ResponseHeader plugins add to the response for this decision (e.g.
+        `x-session-token`); a caller that forwards the request itself sets them on its response."""
+        return self.hooks.response_headers(request, result)
+
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         """Tell plugins that track prefill work that this request's first token has arrived."""
         self.hooks.response_first_token(request, endpoint_name)

@@ -23,6 +23,7 @@ from scheduler import (
     CycleState,
     ErrorCode,
     LLMRequest,
+    ResponseHeader,
     SchedulingError,
     SchedulingResult,
     build_plugins,
@@ -100,6 +101,9 @@ class GatewayCore:
         self.detectors = admission_detectors(built.plugins.values(), s.saturation_queue_depth, s.saturation_kv_cache)
         # Detectors that keep a ledger live in this process: this replica tells them its own traffic.
         self._local_hooks = RequestHooks(self.detectors)
+        # ResponseHeader plugins write from the request and the decision alone: this replica's
+        # own instances answer, so a response never waits for a profile actor.
+        self._response_headers = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseHeader))
         self.runner = RayProfileRunner(profile_actors)
         self.view = EndpointView(datastore)
         self.forwarder = Forwarder(s.connect_timeout_s, s.upstream_timeout_s, s.first_byte_timeout_s)
@@ -353,6 +357,7 @@ class GatewayCore:
         req = parsed.llm_request
         target = result.target
         headers = response_headers(upstream)
+        headers.update(self._response_headers.response_headers(req, result))
         headers[DESTINATION_HEADER] = target.host_port
         if trace is not None:
             headers["x-epp-trace"] = json.dumps({**result.to_json(), "trace": trace.to_json()}, separators=(",", ":"))
@@ -430,7 +435,9 @@ class GatewayCore:
         }
         if trace is not None:
             body["trace"] = trace.to_json()
-        return JSONResponse(body, headers={DESTINATION_HEADER: result.target.host_port})
+        headers = self._response_headers.response_headers(parsed.llm_request, result)
+        headers[DESTINATION_HEADER] = result.target.host_port
+        return JSONResponse(body, headers=headers)
 
     def models(self) -> Response:
         self.ensure_started()

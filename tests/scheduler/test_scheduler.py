@@ -9,6 +9,7 @@ from scheduler import (
     PreRequest,
     ResponseComplete,
     ResponseFirstToken,
+    ResponseHeader,
     Scheduler,
     SchedulerProfile,
     SchedulingError,
@@ -66,10 +67,13 @@ def test_finds_optimal_endpoint():
     assert trace.profiles["default"]["totals"]["pod2"] == pytest.approx(2.8)
 
 
-class Hooks(FakePlugin, PreRequest, ResponseComplete):
+class Hooks(FakePlugin, PreRequest, ResponseComplete, ResponseHeader):
     def __init__(self, name, **kw):
         super().__init__(name, **kw)
         self.events = []
+
+    def response_headers(self, request, result):
+        return {"x-from": self.name}
 
     def pre_request(self, request, result):
         self.events.append(("pre", request.request_id, result.target.name))
@@ -100,9 +104,12 @@ def test_failed_schedule_runs_no_pre_request():
     assert hooks.events == []
 
 
-class FailingHooks(FakePlugin, PreRequest, ResponseFirstToken, ResponseComplete):
+class FailingHooks(FakePlugin, PreRequest, ResponseFirstToken, ResponseComplete, ResponseHeader):
     def pre_request(self, request, result):
         raise RuntimeError("pre_request bug")
+
+    def response_headers(self, request, result):
+        raise RuntimeError("response header bug")
 
     def response_first_token(self, request, endpoint_name):
         raise RuntimeError("first token bug")
@@ -141,8 +148,9 @@ def test_a_failing_hook_is_counted_and_neither_stops_the_others_nor_the_decision
     assert result.target.name == "pod1"  # the decision stands although a PreRequest hook raised
     sched.response_first_token(request(request_id="r1"), "pod1")
     sched.response_complete(request(request_id="r1"), "pod1")
+    assert sched.response_headers(request(request_id="r1"), result) == {"x-from": "hooks"}
     assert hooks.events == [("pre", "r1", "pod1"), ("done", "r1", "pod1")]
-    assert sched.hooks.errors == 3
+    assert sched.hooks.errors == 4
 
 
 def test_only_declared_roles_get_hooks():

@@ -1,43 +1,34 @@
-"""`session-affinity-scorer` (llm-d): route a session's next request to the endpoint that served
-the previous one. The gateway puts `x-session-token: <base64 of the endpoint name>` on each
-response (`session_token_for`); a request that carries it back scores that endpoint 1, others 0.
-
-llm-d encodes the pod's `namespace/name`; our endpoints have just a name, so the token is the
-base64 (standard alphabet, padded) of `Endpoint.name`."""
+"""`session-affinity-scorer` (llm-d): a soft preference for the endpoint of the request's session:
+it scores 1, the others 0, so other scorers can still outweigh it. Both of llm-d's algorithms
+(scheduler/plugins/support/session.py): the default writes `x-session-token` on every response
+(a ResponseHeader hook, run by the gateway), which a client echoes to come back."""
 
 from __future__ import annotations
 
-import base64
-import binascii
+from collections.abc import Mapping
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Scorer, ScorerCategory
+from scheduler.interfaces import PluginHandle, PreRequest, ResponseHeader, Scorer, ScorerCategory
+from scheduler.plugins.support.session import SessionAffinity, SessionAffinityParameters
 from scheduler.registry import register
-from scheduler.types import Endpoint, LLMRequest
-
-SESSION_TOKEN_HEADER = "x-session-token"
-
-
-def session_token_for(endpoint_name: str) -> str:
-    """The value of the `x-session-token` response header for a response served by this endpoint."""
-    return base64.b64encode(endpoint_name.encode()).decode("ascii")
-
-
-def endpoint_of_session_token(token: str) -> str | None:
-    """The endpoint name a session token carries, or None when it is empty or not valid base64."""
-    if not token:
-        return None
-    try:
-        return base64.b64decode(token, validate=True).decode()
-    except (binascii.Error, ValueError):  # bad base64, or bytes that are not UTF-8
-        return None
+from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 
 
 @register
-class SessionAffinityScorer(Scorer):
+class SessionAffinityScorer(Scorer, PreRequest, ResponseHeader):
     type_name = "session-affinity-scorer"
     category = ScorerCategory.AFFINITY
+    Parameters = SessionAffinityParameters
+
+    def setup(self, handle: PluginHandle) -> None:
+        self.session = SessionAffinity(self.params, place_unbound=True)
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
-        previous = endpoint_of_session_token(request.header(SESSION_TOKEN_HEADER))
-        return {ep: 1.0 if ep.name == previous else 0.0 for ep in endpoints}
+        preferred = self.session.preferred(request, endpoints)
+        return {ep: 1.0 if ep is preferred else 0.0 for ep in endpoints}
+
+    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
+        self.session.record(request, result)
+
+    def response_headers(self, request: LLMRequest, result: SchedulingResult) -> Mapping[str, str]:
+        return self.session.response_headers(result)
