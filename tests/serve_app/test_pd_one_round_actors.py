@@ -14,36 +14,15 @@ import pytest
 
 from actors import ActorOptions
 from actors.launcher import start_router_profile_actors, stop_router_profile_actors
+from bench.parallel_profiles import plugin_state, same_tie_salt
 from scheduler import CycleState, SchedulingError, build_plugins, load_config, schedule_cycles
 from scheduler.loop import CYCLE_SEED_KEY
-from scheduler.plugins.scorers.prefill_backlog import PrefillBacklogScorer
-from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
 from scheduler.trace import SchedulingTrace
 from serve_app.ray_runner import RayProfileRunner
 from tests.conftest import RAY_TEST_NAMESPACE
 from tests.scheduler.test_pd_one_round import pd_config, scheduled, stream
 
 REQUESTS = 300
-SALT = 12345
-
-
-def _same_salt(actor) -> int:
-    """Run in the actor (`__ray_call__`): the same tie-break salt in both runs' pickers."""
-    plugins = [p for p in actor.profile.plugins() if hasattr(p, "rng_salt")]
-    for plugin in plugins:
-        plugin.rng_salt = SALT
-    return len(plugins)
-
-
-def _plugin_state(actor) -> dict:
-    """Run in the actor: its prefix index (server -> blocks, in LRU order) and prefill ledger."""
-    state = {}
-    for plugin in actor.profile.plugins():
-        if isinstance(plugin, PrefixCacheScorer):
-            state["index"] = {name: list(entry.lru) for name, entry in plugin.index._servers.items()}
-        elif isinstance(plugin, PrefillBacklogScorer):
-            state["ledger"] = dict(plugin.backlog())
-    return state
 
 
 async def _drive(cfg: dict, actors: dict) -> tuple[list, list]:
@@ -85,9 +64,9 @@ def runs(ray_session):
         cfg = pd_config(parallel)
         actors = start_router_profile_actors(cfg, namespace=RAY_TEST_NAMESPACE, options=options)
         try:
-            assert all(ray.get([a.__ray_call__.remote(_same_salt) for a in actors.values()], timeout=60))
+            assert all(ray.get([a.__ray_call__.remote(same_tie_salt) for a in actors.values()], timeout=60))
             outcomes, rounds = asyncio.run(_drive(cfg, actors))
-            state = {name: ray.get(a.__ray_call__.remote(_plugin_state)) for name, a in actors.items()}
+            state = {name: ray.get(a.__ray_call__.remote(plugin_state)) for name, a in actors.items()}
             calls = {name: ray.get(a.info.remote())["calls"] for name, a in actors.items()}
         finally:
             stop_router_profile_actors(cfg, namespace=RAY_TEST_NAMESPACE)
