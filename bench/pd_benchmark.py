@@ -20,9 +20,10 @@ the simulator's 4 characters a token) and 250 output tokens, Poisson arrivals ov
   One Ray for the whole run, everything stopped at the end.
 
     .venv/bin/python -m bench.pd_benchmark [--quick] [sim|e2e|all]
+    .venv/bin/python -m bench.pd_benchmark e2e --rounds   # 2P+2D: sequential rounds vs parallelStages
 
-Writes bench/results/pd_sim.json and pd_e2e.json (pd_*_quick.json with --quick, pd_e2e_ts<S>.json with
---time-scale S other than 1) and prints Markdown."""
+Writes bench/results/pd_sim.json and pd_e2e.json (pd_e2e_rounds.json with --rounds; pd_*_quick.json
+with --quick, pd_e2e_ts<S>.json with --time-scale S other than 1) and prints Markdown."""
 
 from __future__ import annotations
 
@@ -65,17 +66,22 @@ E2E_PORT = 18640  # the gateway's direct-ingress port (Serve's proxy at +88)
 @dataclass(frozen=True, slots=True)
 class Setup:
     """A pool: `prefill` + `decode` pods (configs/pd.yaml) or `both` aggregated pods (default.yaml).
-    `match_blocks` overrides the prefix-cache-scorer's maxPrefixBlocksToMatch (256 in both configs)."""
+    `match_blocks` overrides the prefix-cache-scorer's maxPrefixBlocksToMatch (256 in both configs);
+    `parallel_stages` sets the disagg handler's parallelStages (None: as the config has it)."""
 
     prefill: int = 0
     decode: int = 0
     both: int = 0
     match_blocks: int | None = None
+    parallel_stages: bool | None = None
 
     @property
     def name(self) -> str:
         name = f"{self.both} aggregated" if self.both else f"{self.prefill}P+{self.decode}D"
-        return name if self.match_blocks is None else f"{name}, {self.match_blocks} blocks"
+        name = name if self.match_blocks is None else f"{name}, {self.match_blocks} blocks"
+        if self.parallel_stages is not None:
+            name += ", one round" if self.parallel_stages else ", sequential rounds"
+        return name
 
     @property
     def config_path(self) -> str:
@@ -88,6 +94,10 @@ class Setup:
             for plugin in data["plugins"]:
                 if plugin["type"] == "prefix-cache-scorer":
                     plugin.setdefault("parameters", {})["maxPrefixBlocksToMatch"] = self.match_blocks
+        if self.parallel_stages is not None:
+            for plugin in data["plugins"]:
+                if plugin["type"] == "disagg-profile-handler":
+                    plugin.setdefault("parameters", {})["parallelStages"] = self.parallel_stages
         return data
 
     def router(self, seed: int = 0) -> SchedulerRouter:
@@ -106,6 +116,10 @@ SIM_SETUPS = (AGGREGATED_8, Setup(4, 4), Setup(2, 6), Setup(6, 2), Setup(5, 3))
 QUICK_SIM_SETUPS = (AGGREGATED_8, Setup(4, 4))
 PREFIX_SETUPS = (AGGREGATED_8, Setup(4, 4), Setup(4, 4, match_blocks=512))
 E2E_SETUPS = (Setup(both=4), Setup(2, 2))
+# `e2e --rounds`: the same 2P+2D pool, its P/D decision in two actor rounds or in one (parallelStages),
+# in the order A B B A so that a load drifting over the run weighs on both alike.
+_SEQ, _ONE = Setup(2, 2, parallel_stages=False), Setup(2, 2, parallel_stages=True)
+E2E_ROUNDS_SETUPS = (_SEQ, _ONE, _ONE, _SEQ)
 
 # The sim's ladder, in fractions of the aggregated pool's calibrated capacity.
 LADDER = (0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5)
@@ -174,6 +188,24 @@ def decision_counts(metrics_text: str) -> dict[str, float]:
             label = line.split('decision="', 1)[1].split('"', 1)[0]
             out[label] = out.get(label, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
+
+
+def scheduler_time(metrics_text: str) -> tuple[float, float]:
+    """The gateway's scheduling time so far: inference_extension_scheduler_e2e_duration_seconds'
+    (_sum in seconds, _count), summed over its label sets."""
+    total = count = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith("inference_extension_scheduler_e2e_duration_seconds_sum"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("inference_extension_scheduler_e2e_duration_seconds_count"):
+            count += float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
+def mean_ms(before: tuple[float, float], after: tuple[float, float]) -> float | None:
+    """The mean of what a (_sum, _count) pair gained between two reads, in ms."""
+    n = after[1] - before[1]
+    return None if n <= 0 else (after[0] - before[0]) / n * 1000
 
 
 def counts_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
@@ -278,8 +310,8 @@ def run_sim(quick: bool, seed: int = 0) -> dict[str, Any]:
 
 
 def run_e2e(quick: bool, seed: int = 0, time_scale: float = 1.0, port: int = E2E_PORT,
-            rates: Sequence[float] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Both E2E setups behind the real gateway, one Ray for the whole run (see the module doc)."""
+            rates: Sequence[float] | None = None, setups: Sequence[Setup] = E2E_SETUPS) -> dict[str, Any]:  # fmt: skip
+    """The E2E setups behind the real gateway, one Ray for the whole run (see the module doc)."""
     import psutil
     import ray
 
@@ -295,7 +327,7 @@ def run_e2e(quick: bool, seed: int = 0, time_scale: float = 1.0, port: int = E2E
     runs: list[dict[str, Any]] = []
     load = os.getloadavg()
     try:
-        for setup in E2E_SETUPS:
+        for setup in setups:
             runs += _e2e_setup(setup, rates, duration, seed, time_scale, port)
     finally:
         ray.shutdown()
@@ -330,12 +362,14 @@ def _e2e_setup(setup: Setup, rates: list[float], duration: float, seed: int, sca
             time.sleep(2.5)
             for k, rate in enumerate(rates):
                 workload = long_prompts(rate, duration, seed * 1000 + 100 + k)
-                before = _gateway_decisions(dep.url)
+                page = _metrics_page(dep.url)
+                before, time_before = decision_counts(page), scheduler_time(page)
                 t0 = time.perf_counter()
                 outcomes, _ = asyncio.run(_replay([dep.url], workload, scale, 120.0, 0))
                 wall = time.perf_counter() - t0
                 time.sleep(2.5)  # the gateway pushes its counters every second
-                after = _gateway_decisions(dep.url)
+                page = _metrics_page(dep.url)
+                after, time_after = decision_counts(page), scheduler_time(page)
                 m = summarize(outcomes)
                 ok = [o for o in outcomes if o.status == OK]
                 req_s, tok_s = flow_throughput(((o.finish, o.output_tokens) for o in ok),
@@ -347,6 +381,7 @@ def _e2e_setup(setup: Setup, rates: list[float], duration: float, seed: int, sca
                     "throughput": req_s, "output_throughput": tok_s,
                     "decisions": counts_delta(before, after) if not setup.both else None,
                     "prefix_hit_rate": m["prefix_hit_rate"], "wall_s": wall,
+                    "decision_mean_ms": mean_ms(time_before, time_after),
                 }  # fmt: skip
                 predicted = sim_row(setup, workload, seed)
                 out += [row, {**predicted, "rate": rate, "source": "sim"}]
@@ -356,9 +391,9 @@ def _e2e_setup(setup: Setup, rates: list[float], duration: float, seed: int, sca
     return out
 
 
-def _gateway_decisions(url: str) -> dict[str, float]:
+def _metrics_page(url: str) -> str:
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
-        return decision_counts(resp.read().decode())
+        return resp.read().decode()
 
 
 # --------------------------------------------------------------------------------------- reports
@@ -420,6 +455,13 @@ def e2e_markdown(result: dict[str, Any]) -> str:
     ]
     for r in result["runs"]:
         parts.append(_row_line({**r, "setup": f"{r['setup']}, {r['source']}"}, f"{r['rate']:g}"))
+    decided = [r for r in result["runs"] if r.get("decision_mean_ms") is not None]
+    if decided:
+        held = "; ".join(f"{r['setup']} @ {r['rate']:g}: {r['decision_mean_ms']:.2f}" for r in decided)
+        parts += [
+            "",
+            f"The gateway's mean scheduling time per request (wall ms, from its scheduler e2e histogram): {held}",
+        ]
     return "\n".join(parts) + "\n"
 
 
@@ -451,6 +493,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-scale", type=float, default=1.0, help="e2e: wall seconds per model second")
     p.add_argument("--e2e-rates", help="e2e: comma-separated rates in req/s of model time (default 2,4,6)")
     p.add_argument("--port", type=int, default=E2E_PORT, help="e2e: the gateway's port")
+    p.add_argument(
+        "--rounds",
+        action="store_true",
+        help="e2e: 2P+2D in sequential rounds against one round (parallelStages), not aggregated vs P/D",
+    )
     p.add_argument("--out", default=str(RESULTS_DIR))
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -459,8 +506,9 @@ def main(argv: list[str] | None = None) -> int:
         _write(result, "pd_sim", sim_markdown(result), out)
     if args.what in ("e2e", "all"):
         rates = [float(x) for x in args.e2e_rates.split(",")] if args.e2e_rates else None
-        result = run_e2e(args.quick, args.seed, args.time_scale, args.port, rates)
-        _write(result, "pd_e2e", e2e_markdown(result), out)
+        setups = E2E_ROUNDS_SETUPS if args.rounds else E2E_SETUPS
+        result = run_e2e(args.quick, args.seed, args.time_scale, args.port, rates, setups)
+        _write(result, "pd_e2e_rounds" if args.rounds else "pd_e2e", e2e_markdown(result), out)
     return 0
 
 

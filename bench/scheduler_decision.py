@@ -90,12 +90,13 @@ def randomise(m: Metrics, rng: random.Random) -> Metrics:
 
 
 class Workload:
-    """8 KB prompts: one of `groups` shared prefixes (3/4 of the prompt) and a unique tail."""
+    """8 KB prompts: one of `groups` shared prefixes (`shared_fraction`, 3/4, of the prompt) and a
+    unique tail (none at fraction 1: every prompt repeats one of the prefixes whole)."""
 
-    def __init__(self, rng: random.Random, prompt_bytes: int, groups: int) -> None:
+    def __init__(self, rng: random.Random, prompt_bytes: int, groups: int, shared_fraction: float = 0.75) -> None:
         self.rng = rng
         self.prompt_bytes = prompt_bytes
-        self.shared = int(prompt_bytes * 0.75)
+        self.shared = int(prompt_bytes * shared_fraction)
         self.prefixes = [f"[system {g}] " + text(rng, self.shared) for g in range(groups)]
         self.count = 0
 

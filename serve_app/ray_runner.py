@@ -34,7 +34,9 @@ class RayProfileRunner:
         endpoints: list[Endpoint] | None,
         trace: SchedulingTrace | None,
     ) -> dict[str, ProfileRunResult | None]:
-        call = ProfileCall(for_scheduling(request), cycle_state, trace is not None)
+        # `endpoints` None (the gateway): each actor runs on its datastore snapshot; a list (a caller
+        # that knows its pool, e.g. a Serve request router or a benchmark) travels with the call.
+        call = ProfileCall(for_scheduling(request), cycle_state, trace is not None, endpoints)
         if len(names) == 1:
             outcomes = [await self._run_one(names[0], call)]
         else:  # the profiles of one round run at the same time, each in its own actor

@@ -110,3 +110,21 @@ def test_sim_row_and_table_for_a_tiny_pd_run():
     }
     table = sim_markdown(result)
     assert "| 4.0 (1x) | 1P+1D |" in table and f"| {len(wl)} / 0 |" in table
+
+
+def test_rounds_setups_set_parallel_stages_and_scheduler_time_is_read():
+    from bench.pd_benchmark import E2E_ROUNDS_SETUPS, mean_ms, scheduler_time
+
+    names = [s.name for s in E2E_ROUNDS_SETUPS]
+    assert names == ["2P+2D, sequential rounds", "2P+2D, one round", "2P+2D, one round", "2P+2D, sequential rounds"]
+    (handler,) = [p for p in E2E_ROUNDS_SETUPS[1].config()["plugins"] if p["type"] == "disagg-profile-handler"]
+    assert handler["parameters"]["parallelStages"] is True
+    assert Setup(2, 2).config() == Setup(2, 2, parallel_stages=None).config()
+    page = (
+        'inference_extension_scheduler_e2e_duration_seconds_sum{model_name="m"} 0.5\n'
+        'inference_extension_scheduler_e2e_duration_seconds_count{model_name="m"} 100.0\n'
+        'inference_extension_scheduler_e2e_duration_seconds_bucket{le="0.005"} 90.0\n'
+    )
+    assert scheduler_time(page) == (0.5, 100.0)
+    assert mean_ms((0.5, 100.0), (0.8, 200.0)) == pytest.approx(3.0)
+    assert mean_ms((0.5, 100.0), (0.5, 100.0)) is None

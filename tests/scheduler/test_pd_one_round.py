@@ -19,7 +19,7 @@ from scheduler.plugins.scorers.prefill_backlog import PrefillBacklogScorer
 from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
 from scheduler.registry import register
 from scheduler.trace import SchedulingTrace
-from scheduler.types import ProfileRunResult
+from scheduler.types import ProfileRunResult, SchedulingResult
 
 PD_YAML = Path(__file__).resolve().parents[2] / "configs" / "pd.yaml"
 ROLE = "llm-d.ai/role"
@@ -92,6 +92,18 @@ def ledger_state(s: Scheduler) -> dict[str, int]:
     return dict(scorer.backlog())
 
 
+def scheduled(result: SchedulingResult, trace: SchedulingTrace) -> tuple:
+    """A decision as the two runs compare it: primary profile, each profile's targets (None: it
+    ran and failed), and the handler's record without the list of what ran beside decode."""
+    targets = {
+        name: None if r is None else [ep.name for ep in r.target_endpoints]
+        for name, r in result.profile_results.items()
+    }
+    record = dict(trace.extra.get("disagg", {}))
+    record.pop(RAN_WITH_DECODE, None)
+    return ("ok", result.primary_profile_name, targets, record)
+
+
 def run(s: Scheduler, n: int = 300, seed: int = 7) -> tuple[list, list, list]:
     """Every request's outcome and decision record, and the ledger after each; rounds per request."""
     s.cycle_seeds.seed(99)
@@ -103,13 +115,7 @@ def run(s: Scheduler, n: int = 300, seed: int = 7) -> tuple[list, list, list]:
         except SchedulingError as err:
             outcomes.append(("error", err.code, err.message, trace.extra.get("disagg")))
         else:
-            targets = {
-                name: None if r is None else [ep.name for ep in r.target_endpoints]
-                for name, r in result.profile_results.items()
-            }
-            record = dict(trace.extra.get("disagg", {}))
-            record.pop(RAN_WITH_DECODE, None)
-            outcomes.append(("ok", result.primary_profile_name, targets, record))
+            outcomes.append(scheduled(result, trace))
             if complete:
                 s.response_complete(req, result.profile_results[result.primary_profile_name].target_endpoints[0].name)
         rounds.append(trace.rounds)

@@ -26,7 +26,8 @@ decode has its target the deciders decide exactly as above, and a stage they tur
 discarded: it is not in the result, so no plugin hears of it (PreRequest). A decider with
 `parallel_round = False` keeps its stage in a later round. `auto` is on where the profiles of a
 round run at the same time (the Ray path's profile actors) and off in-process, where it would only
-add work. The default stays false until the Ray path's gain is measured.
+add work. The default is false: on a 2-core machine one round saved nothing measurable and cost a
+wasted prefill run on cached prompts (docs/BENCHMARKS.md, "Parallel profile evaluation").
 
 Each request's decision (`decode-only`, `prefill-decode`, `encode-decode`, `encode-prefill-decode`,
 llm-d's metric values) and what happened to each stage is kept in the CycleState under
