@@ -123,3 +123,31 @@ def test_the_files_pods_belong_to_it(watched, sim):
         ),
         what="extra adopted by the file",
     )
+
+
+def test_the_drain_rules():
+    from actors.options import ActorOptions
+    from actors.pod_state import PodRecord, PodState
+    from scheduler import Metrics
+
+    opts = ActorOptions(drain_settle_s=0.5, drain_timeout_s=30.0, staleness_threshold_s=2.0)
+    pod = PodRecord(PodSpec(name="p", address="127.0.0.1", port=1), metrics=Metrics(running_requests_size=1))
+    pod.last_seen = now = 100.0
+    assert pod.drained(now, opts) is None  # not draining
+    pod.draining_since = now
+    assert pod.health(now, opts) is PodState.DRAINING
+    pod.metrics = Metrics()
+    pod.note_drain_report(now + 0.1, opts)  # idle, but within the settle time: a request may still come
+    assert pod.drained(now + 0.1, opts) is None
+    pod.metrics = Metrics(waiting_queue_size=1)
+    pod.note_drain_report(now + 0.6, opts)
+    assert pod.drained(now + 0.6, opts) is None  # still has work
+    pod.last_seen = now + 1.0
+    pod.metrics = Metrics()
+    pod.note_drain_report(now + 1.0, opts)
+    assert pod.drained(now + 1.0, opts) == "idle"
+    busy = PodRecord(pod.spec, metrics=Metrics(running_requests_size=3), last_seen=now, draining_since=now)
+    assert busy.drained(now + 1.0, opts) is None
+    assert busy.drained(now + 2.5, opts) == "stale"  # no report for longer than the staleness bound
+    busy.last_seen = now + 29.0
+    assert busy.drained(now + 30.0, opts) == "timeout"
