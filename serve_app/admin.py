@@ -14,7 +14,6 @@ both OpenAI-shaped; the comparison is constant-time. The admin token is not the 
 The datastore actor owns the pod set: every call goes there, so any replica may serve it. A pod that
 a managed source (a watched pods file) owns is the source's: changing it here is 409."""
 
-from __future__ import annotations
 
 import asyncio
 import hmac
