@@ -36,9 +36,9 @@ def pod_names(epp) -> set[str]:
     return {p["name"] for p in ray.get(epp.datastore.pods.remote())}
 
 
-@pytest.fixture()
-def watched(ray_session, sim, tmp_path):
-    path = tmp_path / "pods.yaml"
+@pytest.fixture(scope="module")
+def watching(ray_session, sim, tmp_path_factory):
+    path = tmp_path_factory.mktemp("watch") / "pods.yaml"
     write_pods(path, [entry(sim, 0), entry(sim, 1)])
     epp = start_epp_actors(
         CONFIG,
@@ -50,12 +50,25 @@ def watched(ray_session, sim, tmp_path):
     stop_epp_actors(epp)
 
 
+@pytest.fixture()
+def watched(watching, sim):
+    """The module's datastore, its file back at sim-0 and sim-1 (and nothing else) for each test."""
+    epp, path = watching
+    write_pods(path, [entry(sim, 0), entry(sim, 1)])
+    for name in pod_names(epp) - {"sim-0", "sim-1"}:
+        if name == "extra":
+            ray.get(epp.datastore.remove_pod.remote(name))
+    wait_for(lambda: pod_names(epp) == {"sim-0", "sim-1"}, what="the module's first pods")
+    return epp, path
+
+
 def test_a_watched_file_adds_removes_and_relabels_without_a_restart(watched, sim):
     epp, path = watched
     wait_for(lambda: set(snapshot(epp)) == {"sim-0", "sim-1"}, what="the file's first pods")
     pid = ray.get(epp.datastore.debug_info.remote())["pid"]
     [source] = ray.get(epp.datastore.sources.remote())
     assert source["ok"] and source["pods"] == 2 and source["last_error"] is None
+    reloads = source["reloads"]
 
     write_pods(path, [entry(sim, 0), entry(sim, 1, tier="gold"), entry(sim, 2)])
     wait_for(lambda: set(snapshot(epp)) == {"sim-0", "sim-1", "sim-2"}, what="sim-2 added")
@@ -68,7 +81,7 @@ def test_a_watched_file_adds_removes_and_relabels_without_a_restart(watched, sim
     rows = {r["name"]: r for r in ray.get(epp.datastore.status.remote())}
     assert {r["source"] for r in rows.values()} == {f"file:{path.resolve()}"}
     assert ray.get(epp.datastore.debug_info.remote())["pid"] == pid  # no restart
-    assert ray.get(epp.datastore.sources.remote())[0]["reloads"] == 3
+    assert ray.get(epp.datastore.sources.remote())[0]["reloads"] == reloads + 2
 
 
 @pytest.mark.parametrize(
