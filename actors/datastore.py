@@ -22,7 +22,16 @@ snapshot they hold instead of adopting the rebuilt one, which would show a ready
 in a restart: the metrics until then, the version sequence (a new, larger one starts), and how long
 each pod has been known. A first start (not a restart) kills leftover metrics actors of the same
 datastore name and starts from the constructor's list. A restarted metrics actor asks the datastore
-for its current pod list (`pods_of_metrics_actor`)."""
+for its current pod list (`pods_of_metrics_actor`).
+
+Pod sources (`actors/pod_source.py`). Each pod has an owner: the constructor's list and `set_pods`
+(`static`), `add_pod` / `remove_pod` (`runtime`), or a managed source the datastore runs itself
+(a watched pods file, `sources=`), which re-runs after a restart and adopts the rebuilt pods it
+lists. Removing a pod can drain it (`actors/pod_state.py`): out of the snapshot at once, gone from
+the pod set when its requests are done; sources always drain. Lost in a restart besides the above:
+which pods were draining (a source's next set drains them again; a pod drained by `remove_pod`
+comes back and must be removed again) and the owner of rebuilt pods that no source claims (they
+count as run-time pods)."""
 
 from __future__ import annotations
 
@@ -40,7 +49,8 @@ from actors.metrics_fleet import MetricsFleet, kill
 from actors.metrics_groups import by_name, plan_pod_set, to_place
 from actors.options import ActorOptions, PodSpec, as_options, as_pod
 from actors.placement import node_ids_by_ip
-from actors.pod_state import PodRecord
+from actors.pod_source import RUNTIME, STATIC, PodConflict, PodSource, build_pod_source
+from actors.pod_state import PodRecord, PodState
 from actors.scrape_report import ScrapeReport
 from scheduler import Endpoint, Metrics
 
@@ -57,6 +67,7 @@ class DatastoreActor:
         options: dict[str, Any] | ActorOptions | None = None,
         name: str | None = None,
         namespace: str | None = None,
+        sources: list[dict[str, Any]] | None = None,
     ) -> None:
         self._options = as_options(options)
         self._name = name or self._options.datastore_name
@@ -70,6 +81,9 @@ class DatastoreActor:
         self._published = asyncio.Event()  # readers may see snapshots (see "Restart" above)
         self._held_s: float | None = None  # how long a restart held the readers
         self._lock = asyncio.Lock()
+        self._sources: dict[str, PodSource] = {}
+        for source in map(build_pod_source, sources or []):
+            self._sources[source.id] = source
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._bootstrap()), loop.create_task(self._check_loop())]
 
@@ -93,7 +107,8 @@ class DatastoreActor:
                 else:
                     for _, handle, _ in found:  # leftovers of an earlier datastore of this name
                         kill(handle)
-                    await self._reconcile(self._initial, remove_missing=True)
+                    await self._set_unmanaged(self._initial, STATIC, drain=False)
+            await self._start_sources()
         except Exception as err:
             self._bootstrap_error = f"{type(err).__name__}: {err}"
             log.exception("datastore %s failed to start: %s", self._name, err)
@@ -138,8 +153,49 @@ class DatastoreActor:
             await asyncio.sleep(self._options.check_interval_s)
             try:
                 self._core.refresh_states()
+                if self._core.drained():
+                    async with self._lock:
+                        await self._finish_drains()
             except Exception as err:  # keep checking
                 log.exception("state check failed: %s", err)
+
+    async def _start_sources(self) -> None:
+        """Run every managed source; wait (10 s at most) for each one's first load, so the first
+        snapshot already has the pods."""
+        loop = asyncio.get_running_loop()
+        for source in self._sources.values():
+            self._tasks.append(loop.create_task(self._run_source(source)))
+        firsts = [s.first_attempt.wait() for s in self._sources.values() if hasattr(s, "first_attempt")]
+        if firsts:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*firsts), 10.0)
+
+    async def _run_source(self, source: PodSource) -> None:
+        async def publish(specs: list[PodSpec]) -> dict[str, list[str]]:
+            names = set(by_name(specs))
+            async with self._lock:
+                gone = [n for n, p in self._core.pods.items() if p.source == source.id and n not in names]
+                return await self._reconcile(specs, source=source.id, remove=gone, drain=True)
+
+        try:
+            await source.run(publish)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.exception("pod source %s stopped: %s", source.id, err)
+
+    async def _finish_drains(self) -> None:
+        """Drained pods leave the pod set (their metrics actors stop scraping them)."""
+        done = self._core.drained()
+        groups = set()
+        for name, why in done.items():
+            pod = self._core.pods.pop(name)
+            groups.add(pod.group)
+            log.info("pod %s drained (%s, after %.1f s): removed", name, why, time.monotonic() - pod.draining_since)
+        for group in sorted(groups):
+            await self._sync_group(group)
+        if done:
+            self._core.bump()
 
     # --- the pod set and its metrics actors ----------------------------------------------------
 
@@ -149,30 +205,74 @@ class DatastoreActor:
         for pod in members:
             pod.actor = handle
 
-    async def _reconcile(self, specs: list[PodSpec], remove_missing: bool) -> dict[str, list[str]]:
+    def _check_owner(self, names: list[str], source: str) -> None:
+        """`source` may change these pods: none is owned by another managed source (unless it is
+        only draining there)."""
+        for name in names:
+            pod = self._core.pods.get(name)
+            owner = pod.source if pod is not None else ""
+            if owner != source and owner in self._sources and pod.draining_since is None:
+                raise PodConflict(f"pod {name!r} belongs to pod source {owner}; change it there")
+
+    async def _set_unmanaged(self, specs: list[PodSpec], source: str, drain: bool) -> dict[str, list[str]]:
+        """Make the pods no managed source owns exactly `specs`."""
+        wanted = by_name(specs)
+        gone = [n for n, p in self._core.pods.items() if p.source not in self._sources and n not in wanted]
+        return await self._reconcile(specs, source=source, remove=gone, drain=drain)
+
+    async def _reconcile(
+        self, specs: list[PodSpec], *, source: str, remove: list[str], drain: bool
+    ) -> dict[str, list[str]]:
+        """Add or replace `specs` as pods of `source` and remove (or drain) the pods named in
+        `remove`; then make the metrics actors match. A wanted pod that was draining is wanted
+        again; a relabelled pod (same address and port) keeps its metrics and stays routable."""
         pods = self._core.pods
         wanted = by_name(specs)
+        self._check_owner(list(wanted), source)
+        if not drain:
+            self._check_owner(remove, source)
+        keep = {n: p.spec for n, p in pods.items() if drain or n not in remove}
+        full = {**keep, **wanted}
         node_ids: dict[str, str] | None = None
-        if to_place({n: p.spec for n, p in pods.items()}, wanted):
+        if to_place({n: p.spec for n, p in pods.items()}, full):
             node_ids = node_ids_by_ip(await asyncio.to_thread(ray.nodes))
         change = plan_pod_set(
             {n: (p.spec, p.group) for n, p in pods.items()},
-            wanted,
-            remove_missing=remove_missing,
+            full,
+            remove_missing=True,
             node_ids=node_ids or {},
             local_node_id=ray.get_runtime_context().get_node_id(),
             max_pods=self._options.max_pods_per_metrics_actor,
         )
+        changed = change.changed
         for name, group in change.placed.items():
-            pods.pop(name, None)  # a replaced pod is placed again: its address may have moved
-            pods[name] = PodRecord(wanted[name], None, group)
+            old = pods.pop(name, None)  # a replaced pod is placed again: its address may have moved
+            record = PodRecord(full[name], None, group, source=source)
+            if old is not None and (old.spec.address, old.spec.port) == (record.spec.address, record.spec.port):
+                record.metrics, record.last_seen, record.reports, record.models = (
+                    old.metrics,
+                    old.last_seen,
+                    old.reports,
+                    old.models,
+                )
+                record.added, record.consecutive_failures = old.added, old.consecutive_failures
+                record.state = record.health(time.monotonic(), self._options)
+            pods[name] = record
         for name in change.removed:
             del pods[name]
+        for name in wanted:
+            pods[name].source = source
+            changed = self._core.end_drain(name) or changed
+        draining = []
+        if drain:
+            for name in remove:
+                if self._core.begin_drain(name):
+                    draining.append(name)
         for group in sorted(change.touched):
             await self._sync_group(group, node_ids)
-        if change.changed:
+        if changed:
             self._core.bump()
-        return {"added": change.added, "removed": change.removed, "replaced": change.replaced}
+        return {"added": change.added, "removed": change.removed, "replaced": change.replaced, "draining": draining}
 
     # --- the API -------------------------------------------------------------------------------
 
@@ -242,26 +342,40 @@ class DatastoreActor:
         return self._core.report_models(name, models)
 
     async def add_pod(self, spec: dict[str, Any] | PodSpec) -> dict[str, list[str]]:
-        """Add a pod (or replace one of the same name whose address, port or labels changed)."""
+        """Add a pod (or replace one of the same name whose address, port or labels changed; a
+        draining one is wanted again). PodConflict when a managed source owns that name."""
         await self._ready()
         async with self._lock:
-            return await self._reconcile([as_pod(spec)], remove_missing=False)
+            return await self._reconcile([as_pod(spec)], source=RUNTIME, remove=[], drain=False)
 
-    async def remove_pod(self, name: str) -> bool:
+    async def remove_pod(self, name: str, drain: bool = False) -> bool:
+        """Remove a pod at once, or (`drain`) take it out of the snapshot and remove it when its
+        requests are done. False when there is no such pod; PodConflict when a managed source
+        owns it."""
         await self._ready()
         async with self._lock:
-            pod = self._core.pods.pop(name, None)
-            if pod is None:
+            if name not in self._core.pods:
                 return False
-            self._core.bump()
-            await self._sync_group(pod.group)
+            self._check_owner([name], RUNTIME)
+            await self._reconcile([], source=RUNTIME, remove=[name], drain=drain)
             return True
 
-    async def set_pods(self, specs: list[dict[str, Any] | PodSpec]) -> dict[str, list[str]]:
-        """Make the pod set exactly `specs`: start, replace and retire metrics actors."""
+    async def set_pods(self, specs: list[dict[str, Any] | PodSpec], drain: bool = False) -> dict[str, list[str]]:
+        """Make the pods no managed source owns exactly `specs` (the whole pod set when there is no
+        managed source): start, replace and retire metrics actors; removed pods drain with `drain`."""
         await self._ready()
         async with self._lock:
-            return await self._reconcile([as_pod(s) for s in specs], remove_missing=True)
+            return await self._set_unmanaged([as_pod(s) for s in specs], STATIC, drain)
+
+    async def sources(self) -> list[dict[str, Any]]:
+        """Every managed pod source's status (a watched file: pods, last load, the error that keeps
+        its last good set)."""
+        await self._ready()
+        return [s.status() for s in self._sources.values()]
+
+    async def draining(self) -> list[str]:
+        await self._ready()
+        return sorted(n for n, p in self._core.pods.items() if p.state is PodState.DRAINING)
 
     async def wait_settled(self, timeout_s: float) -> int:
         """Wait until every pod was reported on once (scraped, or failed), or timeout_s; returns the
@@ -297,6 +411,8 @@ class DatastoreActor:
     async def shutdown(self) -> int:
         """Retire every metrics actor (they are detached: nothing else stops them); returns how many."""
         await self._ready()
+        for task in self._tasks[2:]:  # the sources: nothing may add pods back
+            task.cancel()
         async with self._lock:
             n = self._fleet.retire_all()
             self._core.pods.clear()

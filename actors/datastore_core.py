@@ -130,6 +130,7 @@ class DatastoreCore:
             pod.consecutive_failures = 0
             changed = True
             pod.metrics = metrics
+            pod.note_drain_report(now, self.options)
         else:
             pod.consecutive_failures = (
                 consecutive_failures if consecutive_failures is not None else pod.consecutive_failures + 1
@@ -155,12 +156,43 @@ class DatastoreCore:
         return True
 
     def models(self) -> list[str]:
-        """Model ids served by pods that are not unhealthy (base models and LoRA adapters)."""
+        """Model ids served by pods that are not unhealthy or draining (base models and LoRA adapters)."""
         ids: set[str] = set()
         for pod in self.pods.values():
-            if pod.state is not PodState.UNHEALTHY:
+            if pod.state not in (PodState.UNHEALTHY, PodState.DRAINING):
                 ids.update(pod.models)
         return sorted(ids)
+
+    # --- draining (actors/pod_state.py) ----------------------------------------------------------
+
+    def begin_drain(self, name: str) -> bool:
+        """Take a pod out of the snapshot; it stays (and is scraped) until `drained` lets it go."""
+        pod = self.pods.get(name)
+        if pod is None or pod.draining_since is not None:
+            return False
+        pod.draining_since = time.monotonic()
+        pod.drain_idle = False
+        log.info("pod %s: %s -> draining", name, pod.state)
+        pod.state = PodState.DRAINING
+        self.bump()
+        return True
+
+    def end_drain(self, name: str) -> bool:
+        """A draining pod that is wanted again: routable again once its reports say so."""
+        pod = self.pods.get(name)
+        if pod is None or pod.draining_since is None:
+            return False
+        pod.draining_since = None
+        pod.drain_idle = False
+        pod.state = pod.health(time.monotonic(), self.options)
+        log.info("pod %s: drain cancelled -> %s", name, pod.state)
+        self.bump()
+        return True
+
+    def drained(self) -> dict[str, str]:
+        """Draining pods that may leave now, with the reason."""
+        now = time.monotonic()
+        return {n: why for n, p in self.pods.items() if (why := p.drained(now, self.options)) is not None}
 
     def status(self) -> list[dict[str, Any]]:
         now = time.monotonic()

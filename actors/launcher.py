@@ -56,16 +56,25 @@ def start_epp_actors(
     options: ActorOptions | dict[str, Any] | None = None,
     namespace: str | None = None,
     timeout_s: float = 60.0,
+    pod_sources: list[dict[str, Any]] | None = None,
 ) -> EppActors:
     """Create (or reuse) the named datastore, make its pod set `pods`, and start one profile actor
     per profile of `config`; return once the pods were scraped once (or `timeout_s` passed) and every
-    profile actor holds a snapshot that includes that. Needs `ray.init()` first."""
+    profile actor holds a snapshot that includes that. `pod_sources` (actors/pod_source.py, e.g.
+    `[{"kind": "file", "path": ...}]`) are run by a new datastore, placed on this node so that it
+    reads the same files; a reused one keeps its own. Needs `ray.init()` first."""
     opts = as_options(options)
     cfg = load_config(config)
     specs = [as_pod(p) for p in pods]
     ns = namespace or ray.get_runtime_context().namespace
     deadline = time.monotonic() + timeout_s
     lifetime = "detached" if opts.detached else None
+    placement: dict[str, Any] = {}
+    if pod_sources:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = ray.get_runtime_context().get_node_id()
+        placement["scheduling_strategy"] = NodeAffinitySchedulingStrategy(here, soft=True)
     datastore = DatastoreActor.options(
         name=opts.datastore_name,
         namespace=ns,
@@ -73,7 +82,8 @@ def start_epp_actors(
         lifetime=lifetime,
         max_restarts=-1,
         num_cpus=opts.datastore_num_cpus,
-    ).remote([s.model_dump() for s in specs], opts.model_dump(), opts.datastore_name, ns)
+        **placement,
+    ).remote([s.model_dump() for s in specs], opts.model_dump(), opts.datastore_name, ns, pod_sources)
     ray.get(datastore.ping.remote(), timeout=_left(deadline))
     ray.get(datastore.set_pods.remote([s.model_dump() for s in specs]), timeout=_left(deadline))
 

@@ -90,6 +90,11 @@ class ActorOptions(BaseModel):
     direct_channel: bool = True
     # Profile actors push their plugin timings to the metrics hub (for /metrics).
     push_plugin_metrics: bool = True
+    # Draining (actors/pod_state.py): a removed pod leaves once it reports no running or waiting
+    # request at least drain_settle_s after the drain began, or at drain_timeout_s (the default is
+    # the gateway's upstream_timeout_s: the longest a request through the gateway can last).
+    drain_settle_s: float = Field(0.5, ge=0)
+    drain_timeout_s: float = Field(600.0, gt=0)
     # GIE's core-metrics-extractor parameters (engineLabelKey, defaultEngine, engineConfigs).
     metrics_extractor: dict[str, Any] | None = None
 

@@ -1,4 +1,4 @@
-"""The `epp` command line: pick, validate, sim, bench, up — the one place that wires every layer.
+"""The `epp` command line: pick, validate, sim, bench, up, pods — the one place that wires every layer.
 
 `pick` and `validate` live here and need only the scheduler. `sim`, `bench` and `up` come from
 their own modules (simulator/cli.py, bench/cli.py, serve_app/up.py), each imported only when it is
@@ -38,6 +38,12 @@ def _up_module() -> ModuleType:
     return up
 
 
+def _pods_module() -> ModuleType:
+    from serve_app import pods_cli
+
+    return pods_cli
+
+
 @dataclass(frozen=True, slots=True)
 class Subcommand:
     """A command another module provides, as `add_<name>_arguments(parser)` and `run_<name>(args)`."""
@@ -51,6 +57,7 @@ SUBCOMMANDS = (
     Subcommand("sim", "run simulated vLLM pods on 127.0.0.1", _sim_module),
     Subcommand("bench", "routing-quality benchmarks (cluster simulation or end to end), with a report", _bench_module),
     Subcommand("up", "start the gateway (default: local Ray, 4 simulated pods, configs/default.yaml)", _up_module),
+    Subcommand("pods", "list, add or remove a running gateway's pods (its admin route, admin_token)", _pods_module),
 )
 
 

@@ -33,6 +33,7 @@ from scheduler import (
 from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.hooks import RequestHooks
 from scheduler.trace import SchedulingTrace
+from serve_app.admin import AdminApi, admin_router
 from serve_app.disagg import hand_off
 from serve_app.endpoint_view import EndpointView
 from serve_app.errors import GatewayError, bad_request
@@ -110,6 +111,7 @@ class GatewayCore:
         self._in_flight = 0  # requests of the OpenAI routes and /v1/pick this replica is serving
         self._debug_token = s.debug_token.encode() if s.debug_token else None
         self._api_key = f"Bearer {s.api_key}".encode() if s.api_key else None
+        self.admin = AdminApi(s.admin_token, datastore)
         self.recorder = MetricsRecorder()
         self.hub = hub
         self._pusher = MetricsPusher(self.recorder, f"gateway-{os.getpid()}", hub) if hub is not None else None
@@ -470,6 +472,9 @@ class GatewayCore:
             "inference_pool_ready_pods": [((pool,), float(len(eps)))],
         }
         return Response(render(states, gauges), media_type="text/plain; version=0.0.4")
+
+
+app.include_router(admin_router(lambda: serve.get_replica_context().servable_object.core.admin))
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=2048)

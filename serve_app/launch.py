@@ -71,6 +71,8 @@ class LaunchSpec(BaseModel):
     config: dict | None = None
     pods_path: str | None = None
     pods: list[Any] | None = None
+    # Watch `pods_path` and apply its changes (actors/pod_source_file.py) instead of reading it once.
+    watch_pods: bool = False
     sim_pods: int = Field(default=4, ge=1)
     sim_time_scale: float = Field(default=1.0, gt=0)
     sim_pod_overrides: dict = Field(default_factory=dict)
@@ -153,7 +155,11 @@ class EppDeployment:
         from scheduler import dump_config
         from serve_app.gateway import Gateway
 
-        self.actors = start_epp_actors(dump_config(cfg), self.pods)
+        if spec.watch_pods:
+            source = {"kind": "file", "path": str(Path(spec.pods_path or "").resolve())}
+            self.actors = start_epp_actors(dump_config(cfg), [], pod_sources=[source])
+        else:
+            self.actors = start_epp_actors(dump_config(cfg), self.pods)
         self.hub = get_or_create_hub()
         serve.start(http_options={"host": spec.host, "port": spec.serve_proxy_port})
         gateway = Gateway.options(num_replicas=spec.replicas).bind(
@@ -166,6 +172,13 @@ class EppDeployment:
         )
         serve.run(gateway, name=spec.app_name, route_prefix="/")
         self.url = wait_for_gateway(spec.host, spec.port, spec.app_name, spec.replicas, timeout_s=120)
+
+    def pod_source_errors(self) -> dict[str, str]:
+        """Pod source id -> the error that keeps its last good pod set (a watched file gone bad)."""
+        import ray
+
+        sources = ray.get(self.actors.datastore.sources.remote(), timeout=10)
+        return {s["id"]: s["last_error"] for s in sources if s["last_error"]}
 
     def example_model(self) -> str:
         if self.sim is not None:
@@ -224,6 +237,8 @@ def _validate(spec: LaunchSpec) -> tuple[Any, Any, list[Any] | None]:
             cfg = load_config_file(spec.config_path or DEFAULT_CONFIG)
     except ConfigError as err:
         raise LaunchError(str(err)) from None
+    if spec.watch_pods and not spec.pods_path:
+        raise LaunchError("watching the pods file needs a pods file (--pods)")
     try:
         if spec.settings_path:
             gw_settings = load_settings_file(spec.settings_path)

@@ -35,6 +35,10 @@ class GatewaySettings(BaseModel):
     # Optional API key for the OpenAI routes and /v1/pick, as vLLM's --api-key: clients send
     # `Authorization: Bearer <key>`; a missing or wrong key is 401. None: no key.
     api_key: str | None = None
+    # The admin routes (serve_app/admin.py: /admin/pods, `epp pods`) need `Authorization: Bearer
+    # <admin_token>`; None (the default) turns them off (404). Not the api_key: clients that may
+    # send completions may not change the pool.
+    admin_token: str | None = Field(default=None, min_length=16)
     # Answer 404 for a model no pod lists in /v1/models (nor runs, per its metrics). Turn off when
     # pods load LoRA adapters on demand that they do not list before the first request.
     reject_unknown_models: bool = True

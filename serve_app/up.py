@@ -9,6 +9,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 
 from serve_app.launch import DEFAULT_CONFIG
 
@@ -18,6 +19,11 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pods",
         help="pods file (YAML/JSON list of {name, address, port, labels}); without it, simulated pods are started",
+    )
+    p.add_argument(
+        "--watch-pods",
+        action="store_true",
+        help="reload the pods file when it changes (add, remove, relabel); an invalid file keeps the last good pods",
     )
     p.add_argument("--sim-pods", type=int, default=4, help="how many simulated pods without --pods (default 4)")
     p.add_argument("--sim-time-scale", type=float, default=1.0, help="simulated latency scale (default 1.0)")
@@ -47,6 +53,7 @@ def run_up(args: argparse.Namespace) -> int:
         spec = LaunchSpec(
             config_path=args.config,
             pods_path=args.pods,
+            watch_pods=args.watch_pods,
             sim_pods=args.sim_pods,
             sim_time_scale=args.sim_time_scale,
             settings_path=args.settings,
@@ -74,7 +81,27 @@ Ray EPP is up: {url}  ({len(deployment.pods)} pods, {args.replicas} gateway repl
 Ctrl-C stops everything.""",
         flush=True,
     )
-    stop.wait(args.exit_after)
+    _wait(stop, deployment, args.exit_after)
     print("epp up: shutting down", flush=True)
     deployment.stop()
     return 0
+
+
+def _wait(stop: threading.Event, deployment, exit_after: float | None) -> None:
+    """Until Ctrl-C (or exit_after): and say on the console when a watched pods file turns invalid
+    (the datastore keeps its last good pods) or is valid again."""
+    deadline = None if exit_after is None else time.monotonic() + exit_after
+    shown: dict[str, str] = {}
+    while not stop.wait(2.0 if deadline is None else max(0.0, min(2.0, deadline - time.monotonic()))):
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        try:
+            errors = deployment.pod_source_errors()
+        except Exception:  # the datastore restarting: ask again next time
+            continue
+        for source, error in errors.items():
+            if shown.get(source) != error:
+                print(f"epp up: ERROR pod source {source}: {error}; keeping the last good pods", file=sys.stderr)
+        for source in set(shown) - set(errors):
+            print(f"epp up: pod source {source} is valid again", file=sys.stderr, flush=True)
+        shown = errors

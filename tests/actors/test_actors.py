@@ -197,7 +197,8 @@ def test_slow_pod_times_out_and_silent_pod_goes_stale(epp, sim):
 def test_add_and_remove_pods_at_run_time(epp, sim):
     before = ray.get(epp.datastore.version.remote())
     extra = PodSpec(name="extra", address=sim.pods[0].address, port=sim.pods[0].port, labels={"x": "1"})
-    assert ray.get(epp.datastore.add_pod.remote(extra)) == {"added": ["extra"], "removed": [], "replaced": []}
+    added = ray.get(epp.datastore.add_pod.remote(extra))
+    assert added == {"added": ["extra"], "removed": [], "replaced": [], "draining": []}
     wait_for(lambda: "extra" in snapshot_names(epp), what="extra in the snapshot")
     assert ray.get(epp.datastore.version.remote()) > before
     actor = ray.get(epp.datastore.metrics_actors.remote())["extra"]
