@@ -121,9 +121,6 @@ REFUSED: dict[str, str] = {
     "writes, and Ray EPP has no such extractor; " + _NOT_YET,
     "context-length-aware": _NOT_YET,
     "no-hit-lru-scorer": _NOT_YET,
-    "topology-extractor": _NOT_YET,
-    "topology-affinity-filter": _NOT_YET,
-    "topology-affinity-scorer": _NOT_YET,
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler import Scheduler
+from scheduler import Endpoint, Scheduler
 from scheduler.config import load_config, load_config_file
 from scheduler.errors import ConfigError
 from scheduler.plugins.producers.approx_prefix import ApproxPrefixCacheProducer
@@ -17,7 +17,7 @@ from tests.scheduler.helpers import endpoint, request
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "llm-d"
 SINGLE = ["epp-config.yaml", "epp-estimate-prefix-cache-config.yaml", "sim-epp-config.yaml"]
-PD = ["pd-epp-config.yaml", "sim-pd-epp-config.yaml"]
+PD = ["pd-epp-config.yaml", "sim-pd-epp-config.yaml", "pd-topology-epp-config.yaml"]
 EPD = ["sim-e-p-d-epp-config.yaml", "sim-e-pd-epp-config.yaml"]
 LONG = "the same long system prompt, repeated so it spans many cache blocks. " * 80
 
@@ -131,3 +131,23 @@ def test_producer_without_autotune_needs_a_block_size():
     }
     with pytest.raises(ConfigError, match="blockSizeTokens must be > 0"):
         load_config(doc)
+
+
+def test_pd_topology_sample_puts_prefill_on_the_decode_pods_host():
+    sched = Scheduler.from_config(load_config_file(FIXTURES / "pd-topology-epp-config.yaml"))
+    host = "kubernetes.io/hostname"
+    eps = [
+        endpoint("decode-a", {"llm-d.ai/role": "decode", host: "h1"}, waiting_queue_size=50),
+        endpoint("decode-b", {"llm-d.ai/role": "decode", host: "h2"}),
+        # prefill-b is idle and would win on the queue; only prefill-a shares decode-b's host.
+        endpoint("prefill-a", {"llm-d.ai/role": "prefill", host: "h2"}, waiting_queue_size=3),
+        endpoint("prefill-b", {"llm-d.ai/role": "prefill", host: "h1"}),
+    ]
+    result = sched.schedule(request(prompt=LONG, request_id="r1"), eps)
+    assert result.profile_results["decode"].target_endpoints[0].name == "decode-b"
+    assert result.profile_results["prefill"].target_endpoints[0].name == "prefill-a"
+    # Without host labels the filter fails open and the queue decides.
+    bare = [Endpoint(e.name, labels={"llm-d.ai/role": e.labels["llm-d.ai/role"]}, metrics=e.metrics) for e in eps]
+    sched = Scheduler.from_config(load_config_file(FIXTURES / "pd-topology-epp-config.yaml"))
+    result = sched.schedule(request(prompt=LONG, request_id="r1"), bare)
+    assert result.profile_results["prefill"].target_endpoints[0].name == "prefill-b"
