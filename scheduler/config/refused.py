@@ -120,7 +120,6 @@ REFUSED: dict[str, str] = {
     "endpoint-attribute-scorer": "it scores an attribute a data-layer extractor (e.g. `dcgm-extractor`) "
     "writes, and Ray EPP has no such extractor; " + _NOT_YET,
     "context-length-aware": _NOT_YET,
-    "no-hit-lru-scorer": _NOT_YET,
 }
 
 

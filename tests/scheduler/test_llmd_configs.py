@@ -151,3 +151,22 @@ def test_pd_topology_sample_puts_prefill_on_the_decode_pods_host():
     sched = Scheduler.from_config(load_config_file(FIXTURES / "pd-topology-epp-config.yaml"))
     result = sched.schedule(request(prompt=LONG, request_id="r1"), bare)
     assert result.profile_results["prefill"].target_endpoints[0].name == "prefill-b"
+
+
+def test_optimized_baseline_spreads_cold_prompts_and_keeps_warm_ones():
+    """llm-d's optimized-baseline guide config (tests/fixtures/llm-d/perf): queue, KV cache, prefix
+    and no-hit-LRU scorers."""
+    path = FIXTURES / "perf" / "optimized-baseline.yaml"
+    assert path.read_text().startswith("# Source: github.com/llm-d/llm-d-router test/perf/config/router-configs/")
+    sched = Scheduler.from_config(load_config_file(path))
+    eps = [endpoint(n) for n in ("a", "b", "c")]
+    cold = [f"cold prompt {i} that shares nothing with the others. " * 40 for i in range(3)]
+    picks = [sched.schedule(request(prompt=p, request_id=f"c{i}"), eps) for i, p in enumerate(cold)]
+    targets = [r.profile_results["default"].target_endpoints[0].name for r in picks]
+    assert sorted(targets) == ["a", "b", "c"]  # cold requests go where no cold request went lately
+    for i, p in enumerate(cold):
+        again = sched.schedule(request(prompt=p, request_id=f"w{i}"), eps)
+        assert again.profile_results["default"].target_endpoints[0].name == targets[i]
+    busy = [endpoint("a", waiting_queue_size=20), endpoint("b"), endpoint("c")]
+    result = sched.schedule(request(prompt=LONG + "fresh", request_id="q"), busy)
+    assert result.profile_results["default"].target_endpoints[0].name != "a"
