@@ -119,7 +119,6 @@ REFUSED: dict[str, str] = {
     "writes, and Ray EPP has no such extractor; " + _NOT_YET,
     "endpoint-attribute-scorer": "it scores an attribute a data-layer extractor (e.g. `dcgm-extractor`) "
     "writes, and Ray EPP has no such extractor; " + _NOT_YET,
-    "context-length-aware": _NOT_YET,
 }
 
 
