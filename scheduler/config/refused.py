@@ -69,9 +69,6 @@ REFUSED: dict[str, str] = {
     "priority-holdback-policy": _FLOW_CONTROL,
     "sheddable-eviction-filter": _FLOW_CONTROL,
     "priority-then-time-eviction-order-policy": _FLOW_CONTROL,
-    "concurrency-detector": "it counts in-flight requests per endpoint from llm-d's in-flight-load producer; "
-    + _NOT_YET
-    + " (utilization-detector and prefill-backlog-detector are the saturation detectors here)",
     # Latency prediction.
     "predicted-latency-producer": _LATENCY,
     "latency-slo-admitter": _LATENCY,
@@ -110,8 +107,6 @@ REFUSED: dict[str, str] = {
     "agent-identity": "it maps a request's agent identity header into request attributes; " + _NOT_YET,
     "request-attribute-reporter": "it reports request attributes back to the gateway as response metadata; " + _NOT_YET,
     "header-label-affinity-scorer": _NOT_YET,
-    "token-load-scorer": "it scores by in-flight tokens from llm-d's `inflight-load-producer`; " + _NOT_YET,
-    "inflight-load-producer": _NOT_YET + " (`active-request-scorer` and the in-flight ledger count requests here)",
     "session-id-producer": _NOT_YET + " (session affinity here is `session-affinity-scorer` / `-filter`)",
     "utilization-filter": _NOT_YET + " (`utilization-detector` with `headroom` is a filter here)",
     "header-profile-handler": _NOT_YET,
