@@ -109,7 +109,6 @@ REFUSED: dict[str, str] = {
     "header-label-affinity-scorer": _NOT_YET,
     "session-id-producer": _NOT_YET + " (session affinity here is `session-affinity-scorer` / `-filter`)",
     "utilization-filter": _NOT_YET + " (`utilization-detector` with `headroom` is a filter here)",
-    "header-profile-handler": _NOT_YET,
     "endpoint-attribute-filter": "it filters on an attribute a data-layer extractor (e.g. `dcgm-extractor`) "
     "writes, and Ray EPP has no such extractor; " + _NOT_YET,
     "endpoint-attribute-scorer": "it scores an attribute a data-layer extractor (e.g. `dcgm-extractor`) "
