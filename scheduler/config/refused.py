@@ -107,8 +107,9 @@ REFUSED: dict[str, str] = {
     "agent-identity": "it maps a request's agent identity header into request attributes; " + _NOT_YET,
     "request-attribute-reporter": "it reports request attributes back to the gateway as response metadata; " + _NOT_YET,
     "header-label-affinity-scorer": _NOT_YET,
-    "session-id-producer": _NOT_YET + " (session affinity here is `session-affinity-scorer` / `-filter`)",
-    "utilization-filter": _NOT_YET + " (`utilization-detector` with `headroom` is a filter here)",
+    "session-id-producer": "it publishes a SessionID request attribute that no llm-d plugin reads at ebab6879, so "
+    "accepting it would change nothing; session affinity here is `session-affinity-scorer` / `-filter` "
+    "(`algorithm: session_id_header` reads the session header itself)",
     "endpoint-attribute-filter": "it filters on an attribute a data-layer extractor (e.g. `dcgm-extractor`) "
     "writes, and Ray EPP has no such extractor; " + _NOT_YET,
     "endpoint-attribute-scorer": "it scores an attribute a data-layer extractor (e.g. `dcgm-extractor`) "
