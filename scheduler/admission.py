@@ -8,7 +8,8 @@ with the given defaults when the config declares none of that type: the scraped-
 applies, and a ledger detector (e.g. `prefill-backlog-detector`) can only make admission stricter.
 The pool is saturated when any detector says so. A config that names its detector
 (flowControl.saturationDetector, or llm-d's deprecated top-level saturationDetector) gets that one
-alone, as llm-d's loader wires exactly the named plugin."""
+alone, as llm-d's loader wires exactly the named plugin, plus any llm-d Admitter (a detector with
+`per_request`, asked for every sheddable request as llm-d's admission plugins are)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def admission_detectors(
         chosen = [d for d in detectors if d.name == named]
         if len(chosen) != 1:
             raise LookupError(f"the config names saturation detector {named!r}, which is not one of its plugins")
-        return chosen
+        return chosen + [d for d in detectors if d.per_request and d.name != named]
     default = plugin_class(DEFAULT_DETECTOR)
     if default is None or not issubclass(default, SaturationDetector):
         raise LookupError(f"plugin type {DEFAULT_DETECTOR!r} is not a registered saturation detector")

@@ -164,7 +164,12 @@ class ResponseHeader(Plugin):
 class SaturationDetector(Plugin):
     """Says whether the pool is saturated (GIE's SaturationDetector): the gateway then sheds
     sheddable requests (priority < 0) with 429 before scheduling them. Declared in `plugins`;
-    it need not be in a profile (scheduler/admission.py collects them)."""
+    it need not be in a profile (scheduler/admission.py collects them).
+
+    `per_request` marks llm-d's Admitters modelled as detectors (e.g. `probabilistic-admitter`):
+    asked once per sheddable request, always, even when the config names its saturation detector."""
+
+    per_request: ClassVar[bool] = False
 
     @abstractmethod
     def is_pool_saturated(self, endpoints: list[Endpoint]) -> bool: ...

@@ -75,8 +75,6 @@ REFUSED: dict[str, str] = {
     "latency-scorer": _LATENCY,
     "slo-headroom-tier-filter": _LATENCY,
     "prefix-cache-affinity-filter": "it is one of llm-d's latency-predictor plugins (SLO-aware routing); " + _NOT_YET,
-    "probabilistic-admitter": "it runs at llm-d's admission extension point (an Admitter), which Ray EPP does not "
-    "have: admission here is the saturation detectors' 429 for sheddable requests",
     # Request parsing.
     "passthrough-parser": _PARSER,
     "anthropic-parser": _PARSER,

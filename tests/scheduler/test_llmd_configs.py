@@ -19,6 +19,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "llm-d"
 SINGLE = ["epp-config.yaml", "epp-estimate-prefix-cache-config.yaml", "sim-epp-config.yaml"]
 PD = ["pd-epp-config.yaml", "sim-pd-epp-config.yaml", "pd-topology-epp-config.yaml"]
 EPD = ["sim-e-p-d-epp-config.yaml", "sim-e-pd-epp-config.yaml"]
+OTHER = ["probabilistic-admitter-epp-config.yaml"]
 LONG = "the same long system prompt, repeated so it spans many cache blocks. " * 80
 
 
@@ -34,7 +35,7 @@ def pool() -> list:
 
 def test_every_fixture_names_its_source():
     files = sorted(FIXTURES.glob("*.yaml"))
-    assert len(files) == len(SINGLE + PD + EPD)
+    assert len(files) == len(SINGLE + PD + EPD + OTHER)
     for f in files:
         assert f.read_text().startswith(f"# Source: github.com/llm-d/llm-d-router deploy/config/{f.name} at commit ")
 
@@ -170,3 +171,25 @@ def test_optimized_baseline_spreads_cold_prompts_and_keeps_warm_ones():
     busy = [endpoint("a", waiting_queue_size=20), endpoint("b"), endpoint("c")]
     result = sched.schedule(request(prompt=LONG + "fresh", request_id="q"), busy)
     assert result.profile_results["default"].target_endpoints[0].name != "a"
+
+
+def test_probabilistic_admitter_sample_sheds_sheddable_requests_as_the_pool_fills():
+    from scheduler.admission import admission_detectors, pool_saturated
+    from scheduler.plugins.detectors.probabilistic_admitter import ProbabilisticAdmitter
+
+    sched = Scheduler.from_config(load_config_file(FIXTURES / "probabilistic-admitter-epp-config.yaml"))
+    detectors = admission_detectors(sched.plugins.values(), named=sched.saturation_detector)
+    assert [d.type_name for d in detectors] == ["utilization-detector", "probabilistic-admitter"]
+    admitter = next(d for d in detectors if isinstance(d, ProbabilisticAdmitter))
+    admitter.rng.seed(7)
+    idle = [endpoint("a"), endpoint("b")]
+    full = [endpoint("a", waiting_queue_size=5), endpoint("b", kv_cache_usage_percent=0.8)]
+    half = [endpoint("a", waiting_queue_size=1), endpoint("b", waiting_queue_size=1)]  # saturation 0.2
+    shed = {
+        name: sum(pool_saturated(detectors, eps) for _ in range(2000))
+        for name, eps in [("idle", idle), ("half", half), ("full", full)]
+    }
+    assert shed["idle"] == 0 and shed["full"] == 2000  # the utilization detector's line is never reached
+    assert abs(shed["half"] / 2000 - 0.2**5 * 300) < 0.03  # about 9.6% shed at saturation 0.2
+    result = sched.schedule(request(prompt="hi"), idle)  # random-picker schedules as before
+    assert result.profile_results["default"].target_endpoints[0].name in {"a", "b"}

@@ -51,7 +51,6 @@ REFUSED_SAMPLES = {
     "epp-burst-prefix-cache-config.yaml": ["token-producer", "burst-prefix-cache-producer"],
     "epp-mm-embeddings-cache-config.yaml": ["token-producer", "mm-embeddings-cache-producer", "dataLayer.sources"],
     "epp-precise-prefix-cache-config.yaml": ["token-producer", "precise-prefix-cache-producer", "metrics-data-source"],
-    "probabilistic-admitter-epp-config.yaml": ["probabilistic-admitter"],
     "sim-epp-gpu-config.yaml": ["dcgm-data-source", "dcgm-extractor", "endpoint-attribute-filter"],
     "sim-epp-kvcache-config.yaml": ["token-producer", "precise-prefix-cache-producer"],
     "sim-epp-no-hit-lru.yaml": ["precise-prefix-cache-producer"],
