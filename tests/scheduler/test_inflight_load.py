@@ -152,7 +152,7 @@ def test_concurrency_detector_sheds_once_the_pool_is_full():
 
 
 def test_a_plugin_called_inflight_load_producer_must_be_one():
-    with pytest.raises(ConfigError, match="not an inflight-load-producer"):
+    with pytest.raises(ConfigError, match="is a queue-scorer, not an inflight-load-producer"):
         load_config(
             {"plugins": [{"type": "queue-scorer", "name": "inflight-load-producer"}, {"type": "token-load-scorer"}]}
         )

@@ -109,7 +109,7 @@ def test_cold_requests_spread_over_every_endpoint_and_a_warm_one_sticks():
                 {"type": "queue-scorer"},
                 {"type": "no-hit-lru-scorer", "parameters": {"prefixMatchInfoProducerName": "queue-scorer"}},
             ],
-            "is a queue-scorer, not a prefix producer",
+            "is a queue-scorer, not an approx-prefix-cache-producer",
         ),
         (
             [{"type": "queue-scorer", "name": "prefix-cache-scorer"}, {"type": "no-hit-lru-scorer"}],

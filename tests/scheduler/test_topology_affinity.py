@@ -113,7 +113,7 @@ def test_extractor_label_names_are_parameters():
 @pytest.mark.parametrize(
     ("plugins", "expect"),
     [
-        ([{"type": "topology-affinity-filter"}], "names no plugin in 'plugins' (add a topology-extractor)"),
+        ([{"type": "topology-affinity-filter"}], "topologyProducerName 'topology-extractor' names no plugin"),
         (
             [
                 {"type": "queue-scorer"},

@@ -41,7 +41,4 @@ def inflight_load_for(handle: PluginHandle) -> InFlightLoad:
     name = InFlightLoadProducer.type_name
     if name not in handle.plugin_names():
         return InFlightLoadProducer().new_count()
-    producer = handle.plugin(name)
-    if not isinstance(producer, InFlightLoadProducer):
-        raise ValueError(f"the plugin called {name!r} is a {producer.type_name}, not an inflight-load-producer")
-    return producer.new_count()
+    return handle.plugin_of_type(name, InFlightLoadProducer, "the plugin called").new_count()

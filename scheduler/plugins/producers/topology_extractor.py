@@ -47,13 +47,4 @@ class TopologyExtractor(Plugin):
 def topology_producer(handle: PluginHandle, name: str) -> TopologyExtractor:
     """The extractor a consumer reads: `name` (topologyProducerName), else the one named after the type.
     llm-d only warns when there is none and then never filters or scores; here that is a load-time error."""
-    name = name or TopologyExtractor.type_name
-    try:
-        producer = handle.plugin(name)
-    except KeyError:
-        raise ValueError(
-            f"topologyProducerName {name!r} names no plugin in 'plugins' (add a topology-extractor)"
-        ) from None
-    if not isinstance(producer, TopologyExtractor):
-        raise ValueError(f"topologyProducerName {name!r} is a {producer.type_name}, not a topology-extractor")
-    return producer
+    return handle.plugin_of_type(name or TopologyExtractor.type_name, TopologyExtractor, "topologyProducerName")

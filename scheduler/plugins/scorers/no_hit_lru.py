@@ -60,22 +60,11 @@ class NoHitLRUScorer(Scorer, PreRequest):
         names = handle.plugin_names()
         if p.prefix_match_info_producer_name:
             name = p.prefix_match_info_producer_name
-            if name not in names:
-                raise ValueError(f"prefixMatchInfoProducerName {name!r} names no plugin in 'plugins'")
-            producer = handle.plugin(name)
-            if not isinstance(producer, ApproxPrefixCacheProducer):
-                raise ValueError(
-                    f"prefixMatchInfoProducerName {name!r} is a {producer.type_name}, not a prefix producer"
-                )
-            return producer
+            return handle.plugin_of_type(name, ApproxPrefixCacheProducer, "prefixMatchInfoProducerName")
         if p.prefix_plugin_name in names:
-            scorer = handle.plugin(p.prefix_plugin_name)
-            if not isinstance(scorer, PrefixCacheScorer) or scorer.type_name != p.prefix_plugin_type:
-                raise ValueError(
-                    f"prefixPluginName {p.prefix_plugin_name!r} is a {scorer.type_name}, "
-                    f"not a {p.prefix_plugin_type} (prefixPluginType)"
-                )
-            return scorer.producer
+            if p.prefix_plugin_type != PrefixCacheScorer.type_name:
+                raise ValueError(f"prefixPluginType {p.prefix_plugin_type!r}: only prefix-cache-scorer is read here")
+            return handle.plugin_of_type(p.prefix_plugin_name, PrefixCacheScorer, "prefixPluginName").producer
         if ApproxPrefixCacheProducer.type_name in names:
             return handle.plugin(ApproxPrefixCacheProducer.type_name)  # type: ignore[return-value]
         raise ValueError(
