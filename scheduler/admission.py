@@ -6,7 +6,10 @@ The gateway (serve_app.gateway.GatewayCore.admit) and the cluster-simulation rou
 The detectors are every `SaturationDetector` the config declares, plus GIE's utilization detector
 with the given defaults when the config declares none of that type: the scraped-metrics line always
 applies, and a ledger detector (e.g. `prefill-backlog-detector`) can only make admission stricter.
-The pool is saturated when any detector says so."""
+The pool is saturated when any detector says so. A config that names its detector
+(flowControl.saturationDetector, or llm-d's deprecated top-level saturationDetector) gets that one
+alone, as llm-d's loader wires exactly the named plugin, plus any llm-d Admitter (a detector with
+`per_request`, asked for every sheddable request as llm-d's admission plugins are)."""
 
 from __future__ import annotations
 
@@ -21,10 +24,16 @@ DEFAULT_DETECTOR = "utilization-detector"
 
 
 def admission_detectors(
-    plugins: Iterable[Plugin], queue_depth: int = 5, kv_cache: float = 0.8
+    plugins: Iterable[Plugin], queue_depth: int = 5, kv_cache: float = 0.8, named: str | None = None
 ) -> list[SaturationDetector]:
-    """The config's detectors, with GIE's utilization detector (queue_depth, kv_cache) added if absent."""
+    """The config's detectors, with GIE's utilization detector (queue_depth, kv_cache) added if absent;
+    only the detector called `named` when the config names one (load_config checked it is one)."""
     detectors = [p for p in plugins if isinstance(p, SaturationDetector)]
+    if named is not None:
+        chosen = [d for d in detectors if d.name == named]
+        if len(chosen) != 1:
+            raise LookupError(f"the config names saturation detector {named!r}, which is not one of its plugins")
+        return chosen + [d for d in detectors if d.per_request and d.name != named]
     default = plugin_class(DEFAULT_DETECTOR)
     if default is None or not issubclass(default, SaturationDetector):
         raise LookupError(f"plugin type {DEFAULT_DETECTOR!r} is not a registered saturation detector")

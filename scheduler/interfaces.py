@@ -12,12 +12,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from scheduler.cycle_state import CycleState
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult, ScoredEndpoint
+
+P = TypeVar("P", bound="Plugin")
 
 
 class Parameters(BaseModel):
@@ -48,6 +50,20 @@ class PluginHandle:
 
     def plugin_names(self) -> list[str]:
         return list(self._names)
+
+    def plugin_of_type(self, name: str, cls: type[P], field: str) -> P:
+        """The plugin `name` names (through parameter `field`), which must be a `cls`; a ValueError
+        saying which is wrong otherwise (a config error at load time)."""
+        if name not in self._names:
+            raise ValueError(f"{field} {name!r} names no plugin in 'plugins'")
+        plugin = self.plugin(name)
+        if not isinstance(plugin, cls):
+            raise ValueError(f"{field} {name!r} is {_a(plugin.type_name)}, not {_a(cls.type_name)}")
+        return plugin
+
+
+def _a(type_name: str) -> str:
+    return f"{'an' if type_name[:1] in 'aeiou' else 'a'} {type_name}"
 
 
 class Plugin(ABC):  # noqa: B024 (the abstract methods are those of the roles a plugin declares)
@@ -164,7 +180,12 @@ class ResponseHeader(Plugin):
 class SaturationDetector(Plugin):
     """Says whether the pool is saturated (GIE's SaturationDetector): the gateway then sheds
     sheddable requests (priority < 0) with 429 before scheduling them. Declared in `plugins`;
-    it need not be in a profile (scheduler/admission.py collects them)."""
+    it need not be in a profile (scheduler/admission.py collects them).
+
+    `per_request` marks llm-d's Admitters modelled as detectors (e.g. `probabilistic-admitter`):
+    asked once per sheddable request, always, even when the config names its saturation detector."""
+
+    per_request: ClassVar[bool] = False
 
     @abstractmethod
     def is_pool_saturated(self, endpoints: list[Endpoint]) -> bool: ...

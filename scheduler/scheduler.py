@@ -24,8 +24,10 @@ class Scheduler:
         profiles: dict[str, SchedulerProfile],
         plugins: dict[str, Plugin] | None = None,
         timer: PluginTimer | None = None,
+        saturation_detector: str | None = None,
     ) -> None:
         self.handler = handler
+        self.saturation_detector = saturation_detector  # the one the config names for admission, if any
         self.profiles = profiles
         self.plugins = plugins if plugins is not None else _plugins_of(handler, profiles)
         self.timer = timer
@@ -39,7 +41,7 @@ class Scheduler:
         if not hasattr(config, "scheduling_profiles"):
             config = load_config(config)
         built = build_plugins(config)
-        return cls(built.handler, built.profiles, built.plugins, timer)
+        return cls(built.handler, built.profiles, built.plugins, timer, built.saturation_detector)
 
     def schedule(
         self,

@@ -150,16 +150,22 @@ def _cmd_pick(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    """What runs, what is refused and why (as YAML comments), then the effective config; or the errors."""
     import yaml
 
-    from scheduler import ConfigError, dump_config, load_config_file
+    from scheduler import ConfigError, dump_config
+    from scheduler.config.report import config_report_file
 
-    try:
-        cfg = load_config_file(args.config)
-    except ConfigError as err:
-        print(str(err), file=sys.stderr)
+    report = config_report_file(args.config)
+    summary = report.text()
+    if report.config is None:
+        if summary:
+            print(summary, file=sys.stderr)
+        print(str(ConfigError(report.errors)), file=sys.stderr)
         return 1
-    print(yaml.safe_dump(dump_config(cfg), sort_keys=False), end="")
+    if summary:
+        print("\n".join(f"# {line}" for line in summary.splitlines()))
+    print(yaml.safe_dump(dump_config(report.config), sort_keys=False), end="")
     return 0
 
 

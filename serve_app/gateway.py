@@ -99,7 +99,9 @@ class GatewayCore:
         self.profiles = {p.name: p.name for p in cfg.scheduling_profiles}  # handles are opaque to the handler
         self.settings = GatewaySettings.model_validate(settings)
         s = self.settings
-        self.detectors = admission_detectors(built.plugins.values(), s.saturation_queue_depth, s.saturation_kv_cache)
+        self.detectors = admission_detectors(
+            built.plugins.values(), s.saturation_queue_depth, s.saturation_kv_cache, named=built.saturation_detector
+        )
         # Detectors that keep a ledger live in this process: this replica tells them its own traffic.
         self._local_hooks = RequestHooks(self.detectors)
         # ResponseHeader plugins write from the request and the decision alone: this replica's

@@ -50,7 +50,7 @@ class SchedulerRouter:
                 if hasattr(plugin, "rng_salt"):  # draws per cycle (cycle_rng): salt from the seeded generator
                     plugin.rng_salt = plugin.rng.getrandbits(64)  # type: ignore[attr-defined]
         self.scheduler.cycle_seeds = random.Random(f"{seed}:cycles")
-        self.detectors = admission_detectors(self.scheduler.plugins.values())
+        self.detectors = admission_detectors(self.scheduler.plugins.values(), named=self.scheduler.saturation_detector)
         for detector in self.detectors:
             detector.clock = clock  # type: ignore[attr-defined]
         self.shed: set[str] = set()

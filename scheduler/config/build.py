@@ -18,6 +18,7 @@ class BuiltScheduler:
     handler: ProfileHandler
     profiles: dict[str, SchedulerProfile]
     plugins: dict[str, Plugin]
+    saturation_detector: str | None = None  # the detector the config names for admission, if any
 
 
 def build_plugins(cfg: EndpointPickerConfig, only_profiles: list[str] | None = None) -> BuiltScheduler:
@@ -77,4 +78,4 @@ def build_plugins(cfg: EndpointPickerConfig, only_profiles: list[str] | None = N
     problems = handler.validate_profiles([p.name for p in cfg.scheduling_profiles])
     if problems:
         raise ConfigError([f"plugin {handler.name!r} (type {handler.type_name}): {p}" for p in problems])
-    return BuiltScheduler(handler, profiles, built)
+    return BuiltScheduler(handler, profiles, built, cfg.saturation_detector_ref)

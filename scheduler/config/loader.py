@@ -12,6 +12,8 @@ from pydantic import ValidationError
 
 from scheduler.config.build import build_plugins
 from scheduler.config.models import EndpointPickerConfig, PluginSpec, ProfilePluginRef, SchedulingProfileSpec
+from scheduler.config.refused import refusal
+from scheduler.config.sections import check_sections
 from scheduler.errors import ConfigError
 from scheduler.interfaces import Filter, Picker, Plugin, ProfileHandler, Scorer, roles_of
 from scheduler.registry import plugin_class, plugin_types
@@ -24,17 +26,37 @@ PROFILE_ROLES = (Filter, Scorer, Picker)
 
 
 def load_config_file(path: str | Path) -> EndpointPickerConfig:
+    return load_config(read_config_file(path))
+
+
+def read_config_file(path: str | Path) -> str:
     try:
-        text = Path(path).read_text()
+        return Path(path).read_text()
     except OSError as err:
         raise ConfigError([f"can not read config file {str(path)!r}: {err.strerror}"]) from None
     except UnicodeDecodeError as err:
         raise ConfigError([f"config file {str(path)!r} is not UTF-8 text: {err}"]) from None
-    return load_config(text)
 
 
 def load_config(source: str | dict[str, Any] | EndpointPickerConfig) -> EndpointPickerConfig:
     """A validated config with GIE's defaults applied; raises ConfigError listing every problem."""
+    cfg = parse_config(source)
+    errors: list[str] = []
+    classes = plugin_classes(cfg, errors)
+    check_sections(cfg, classes, errors)
+    if errors:
+        raise ConfigError(errors)
+    _apply_defaults(cfg, classes)
+    _check_profiles(cfg, classes, errors)
+    if errors:
+        raise ConfigError(errors)
+
+    build_plugins(cfg)  # a trial build: what the plugins' own factories and the handler check
+    return cfg
+
+
+def parse_config(source: str | dict[str, Any] | EndpointPickerConfig) -> EndpointPickerConfig:
+    """The document's shape checked (YAML, fields, types); plugins and defaults not yet looked at."""
     if isinstance(source, EndpointPickerConfig):
         data: Any = source.model_dump(by_alias=True, exclude_none=True)
     elif isinstance(source, str):
@@ -51,28 +73,16 @@ def load_config(source: str | dict[str, Any] | EndpointPickerConfig) -> Endpoint
     if not isinstance(data, dict):
         raise ConfigError(["the config must be a YAML mapping (an EndpointPickerConfig)"])
     try:
-        cfg = EndpointPickerConfig.model_validate(data)
+        return EndpointPickerConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError([_describe(e, data) for e in err.errors()]) from None
-
-    errors: list[str] = []
-    classes = _plugin_classes(cfg, errors)
-    if errors:
-        raise ConfigError(errors)
-    _apply_defaults(cfg, classes)
-    _check_profiles(cfg, classes, errors)
-    if errors:
-        raise ConfigError(errors)
-
-    build_plugins(cfg)  # a trial build: what the plugins' own factories and the handler check
-    return cfg
 
 
 def dump_config(cfg: EndpointPickerConfig) -> dict[str, Any]:
     return cfg.model_dump(by_alias=True, exclude_none=True)
 
 
-def _plugin_classes(cfg: EndpointPickerConfig, errors: list[str]) -> dict[str, type[Plugin]]:
+def plugin_classes(cfg: EndpointPickerConfig, errors: list[str]) -> dict[str, type[Plugin]]:
     """Resolve each plugin's type and check its parameters; names default to the type."""
     classes: dict[str, type[Plugin]] = {}
     for i, spec in enumerate(cfg.plugins):
@@ -84,7 +94,7 @@ def _plugin_classes(cfg: EndpointPickerConfig, errors: list[str]) -> dict[str, t
             continue
         cls = plugin_class(spec.type)
         if cls is None:
-            errors.append(f"{where}: unknown plugin type {spec.type!r} (known types: {', '.join(plugin_types())})")
+            errors.append(f"{where}: {unknown_type(spec.type)}")
             continue
         classes[spec.name] = cls
         missing = sorted(getattr(cls, "__abstractmethods__", ()))
@@ -102,6 +112,14 @@ def _plugin_classes(cfg: EndpointPickerConfig, errors: list[str]) -> dict[str, t
                 msg = "unknown parameter" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
                 errors.append(f"{where} (type {spec.type}): {field}: {msg}")
     return classes
+
+
+def unknown_type(type_name: str) -> str:
+    """Why a plugin type no class claims can not be built: llm-d's reason, or that it is unknown."""
+    why = refusal(type_name)
+    if why is not None:
+        return f"plugin type {type_name!r} is llm-d's, but can not run in Ray EPP: {why}"
+    return f"unknown plugin type {type_name!r} (known types: {', '.join(plugin_types())})"
 
 
 def _apply_defaults(cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]]) -> None:

@@ -44,17 +44,50 @@ class SchedulingProfileSpec(_Strict):
     plugins: list[ProfilePluginRef] = Field(default_factory=list)
 
 
+class PluginRef(_Strict):
+    """A section's `{pluginRef: name}` (llm-d's SaturationDetectorConfig, ParserConfig, ...)."""
+
+    plugin_ref: str = Field(alias="pluginRef")
+
+
+class DataLayerSource(_Strict):
+    plugin_ref: str = Field(alias="pluginRef")
+    extractors: list[PluginRef] = Field(default_factory=list)
+
+
+class DataLayerSpec(_Strict):
+    """llm-d's DataLayerConfig (apix/config/v1alpha1/endpointpickerconfig_types.go); what Ray EPP does
+    with each field is decided in scheduler/config/sections.py."""
+
+    inject_defaults: bool | None = Field(default=None, alias="injectDefaults")
+    sources: list[DataLayerSource] = Field(default_factory=list)
+    discovery: PluginRef | None = None
+    peer_discovery: PluginRef | None = Field(default=None, alias="peerDiscovery")
+    cross_replica_syncer_plugin_ref: str | None = Field(default=None, alias="crossReplicaSyncerPluginRef")
+    cross_replica_sync_interval: str | None = Field(default=None, alias="crossReplicaSyncInterval")
+
+
+class RequestHandlerSpec(_Strict):
+    """llm-d's RequestHandlerConfig: the parsers that read request bodies."""
+
+    parsers: list[PluginRef] = Field(default_factory=list)
+
+
 class EndpointPickerConfig(_Strict):
     api_version: str = Field(default=API_VERSIONS[0], alias="apiVersion")
     kind: str = KIND
     feature_gates: list[str] = Field(default_factory=list, alias="featureGates")
     plugins: list[PluginSpec] = Field(default_factory=list)
     scheduling_profiles: list[SchedulingProfileSpec] = Field(default_factory=list, alias="schedulingProfiles")
-    # GIE sections the scheduler does not use itself; kept so a GIE config loads as written.
-    saturation_detector: dict[str, Any] | None = Field(default=None, alias="saturationDetector")
-    data_layer: dict[str, Any] | None = Field(default=None, alias="dataLayer")
+    # The other sections llm-d has; scheduler/config/sections.py accepts what Ray EPP does and
+    # refuses the rest by field. `saturationDetector` and `parser` are llm-d's deprecated top-level
+    # forms of flowControl.saturationDetector and requestHandler.parsers.
+    saturation_detector: PluginRef | None = Field(default=None, alias="saturationDetector")
+    data_layer: DataLayerSpec | None = Field(default=None, alias="dataLayer")
+    # A mapping until the flow-control queue gives it a model; only its saturationDetector is read here.
     flow_control: dict[str, Any] | None = Field(default=None, alias="flowControl")
-    parser: dict[str, Any] | None = None
+    request_handler: RequestHandlerSpec | None = Field(default=None, alias="requestHandler")
+    parser: PluginRef | None = None
 
     @field_validator("api_version")
     @classmethod
@@ -69,6 +102,15 @@ class EndpointPickerConfig(_Strict):
         if v != KIND:
             raise ValueError(f"kind must be {KIND!r}")
         return v
+
+    @property
+    def saturation_detector_ref(self) -> str | None:
+        """The saturation detector the config names (flowControl.saturationDetector, else the
+        deprecated top-level one, as llm-d's loader resolves them), or None for the default."""
+        named = (self.flow_control or {}).get("saturationDetector")
+        if isinstance(named, dict) and isinstance(named.get("pluginRef"), str):
+            return named["pluginRef"]
+        return self.saturation_detector.plugin_ref if self.saturation_detector else None
 
     def plugin_spec(self, name: str) -> PluginSpec | None:
         for spec in self.plugins:

@@ -128,7 +128,8 @@ def config_documents(draw: st.DrawFn) -> Any:
     doc["plugins"] = plugins if draw(st.integers(0, 15)) else draw(JSON_VALUES)
     if draw(st.booleans()):
         doc["schedulingProfiles"] = draw(st.lists(profile_specs(names), max_size=3))
-    for section in ("saturationDetector", "featureGates", "dataLayer", "parser", "bogus"):
+    sections = ("saturationDetector", "featureGates", "dataLayer", "flowControl", "requestHandler", "parser", "bogus")
+    for section in sections:
         if draw(st.integers(0, 10)) == 0:
             doc[section] = draw(JSON_VALUES)
     if draw(st.integers(0, 20)) == 0:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler import Scheduler
+from scheduler import Endpoint, Scheduler
 from scheduler.config import load_config, load_config_file
 from scheduler.errors import ConfigError
 from scheduler.plugins.producers.approx_prefix import ApproxPrefixCacheProducer
@@ -17,8 +17,9 @@ from tests.scheduler.helpers import endpoint, request
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "llm-d"
 SINGLE = ["epp-config.yaml", "epp-estimate-prefix-cache-config.yaml", "sim-epp-config.yaml"]
-PD = ["pd-epp-config.yaml", "sim-pd-epp-config.yaml"]
+PD = ["pd-epp-config.yaml", "sim-pd-epp-config.yaml", "pd-topology-epp-config.yaml"]
 EPD = ["sim-e-p-d-epp-config.yaml", "sim-e-pd-epp-config.yaml"]
+OTHER = ["probabilistic-admitter-epp-config.yaml"]
 LONG = "the same long system prompt, repeated so it spans many cache blocks. " * 80
 
 
@@ -34,7 +35,7 @@ def pool() -> list:
 
 def test_every_fixture_names_its_source():
     files = sorted(FIXTURES.glob("*.yaml"))
-    assert len(files) == len(SINGLE + PD + EPD)
+    assert len(files) == len(SINGLE + PD + EPD + OTHER)
     for f in files:
         assert f.read_text().startswith(f"# Source: github.com/llm-d/llm-d-router deploy/config/{f.name} at commit ")
 
@@ -131,3 +132,64 @@ def test_producer_without_autotune_needs_a_block_size():
     }
     with pytest.raises(ConfigError, match="blockSizeTokens must be > 0"):
         load_config(doc)
+
+
+def test_pd_topology_sample_puts_prefill_on_the_decode_pods_host():
+    sched = Scheduler.from_config(load_config_file(FIXTURES / "pd-topology-epp-config.yaml"))
+    host = "kubernetes.io/hostname"
+    eps = [
+        endpoint("decode-a", {"llm-d.ai/role": "decode", host: "h1"}, waiting_queue_size=50),
+        endpoint("decode-b", {"llm-d.ai/role": "decode", host: "h2"}),
+        # prefill-b is idle and would win on the queue; only prefill-a shares decode-b's host.
+        endpoint("prefill-a", {"llm-d.ai/role": "prefill", host: "h2"}, waiting_queue_size=3),
+        endpoint("prefill-b", {"llm-d.ai/role": "prefill", host: "h1"}),
+    ]
+    result = sched.schedule(request(prompt=LONG, request_id="r1"), eps)
+    assert result.profile_results["decode"].target_endpoints[0].name == "decode-b"
+    assert result.profile_results["prefill"].target_endpoints[0].name == "prefill-a"
+    # Without host labels the filter fails open and the queue decides.
+    bare = [Endpoint(e.name, labels={"llm-d.ai/role": e.labels["llm-d.ai/role"]}, metrics=e.metrics) for e in eps]
+    sched = Scheduler.from_config(load_config_file(FIXTURES / "pd-topology-epp-config.yaml"))
+    result = sched.schedule(request(prompt=LONG, request_id="r1"), bare)
+    assert result.profile_results["prefill"].target_endpoints[0].name == "prefill-b"
+
+
+def test_optimized_baseline_spreads_cold_prompts_and_keeps_warm_ones():
+    """llm-d's optimized-baseline guide config (tests/fixtures/llm-d/perf): queue, KV cache, prefix
+    and no-hit-LRU scorers."""
+    path = FIXTURES / "perf" / "optimized-baseline.yaml"
+    assert path.read_text().startswith("# Source: github.com/llm-d/llm-d-router test/perf/config/router-configs/")
+    sched = Scheduler.from_config(load_config_file(path))
+    eps = [endpoint(n) for n in ("a", "b", "c")]
+    cold = [f"cold prompt {i} that shares nothing with the others. " * 40 for i in range(3)]
+    picks = [sched.schedule(request(prompt=p, request_id=f"c{i}"), eps) for i, p in enumerate(cold)]
+    targets = [r.profile_results["default"].target_endpoints[0].name for r in picks]
+    assert sorted(targets) == ["a", "b", "c"]  # cold requests go where no cold request went lately
+    for i, p in enumerate(cold):
+        again = sched.schedule(request(prompt=p, request_id=f"w{i}"), eps)
+        assert again.profile_results["default"].target_endpoints[0].name == targets[i]
+    busy = [endpoint("a", waiting_queue_size=20), endpoint("b"), endpoint("c")]
+    result = sched.schedule(request(prompt=LONG + "fresh", request_id="q"), busy)
+    assert result.profile_results["default"].target_endpoints[0].name != "a"
+
+
+def test_probabilistic_admitter_sample_sheds_sheddable_requests_as_the_pool_fills():
+    from scheduler.admission import admission_detectors, pool_saturated
+    from scheduler.plugins.detectors.probabilistic_admitter import ProbabilisticAdmitter
+
+    sched = Scheduler.from_config(load_config_file(FIXTURES / "probabilistic-admitter-epp-config.yaml"))
+    detectors = admission_detectors(sched.plugins.values(), named=sched.saturation_detector)
+    assert [d.type_name for d in detectors] == ["utilization-detector", "probabilistic-admitter"]
+    admitter = next(d for d in detectors if isinstance(d, ProbabilisticAdmitter))
+    admitter.rng.seed(7)
+    idle = [endpoint("a"), endpoint("b")]
+    full = [endpoint("a", waiting_queue_size=5), endpoint("b", kv_cache_usage_percent=0.8)]
+    half = [endpoint("a", waiting_queue_size=1), endpoint("b", waiting_queue_size=1)]  # saturation 0.2
+    shed = {
+        name: sum(pool_saturated(detectors, eps) for _ in range(2000))
+        for name, eps in [("idle", idle), ("half", half), ("full", full)]
+    }
+    assert shed["idle"] == 0 and shed["full"] == 2000  # the utilization detector's line is never reached
+    assert abs(shed["half"] / 2000 - 0.2**5 * 300) < 0.03  # about 9.6% shed at saturation 0.2
+    result = sched.schedule(request(prompt="hi"), idle)  # random-picker schedules as before
+    assert result.profile_results["default"].target_endpoints[0].name in {"a", "b"}

@@ -47,6 +47,7 @@ from scheduler.interfaces import Parameters, PDDecider, PluginHandle, ProfileHan
 from scheduler.loop import CONCURRENT_ROUNDS_KEY
 from scheduler.plugins.deciders.always_disagg import AlwaysDisaggPDDecider
 from scheduler.plugins.deciders.prefix_based import PrefixBasedPDDecider, PrefixBasedPDDeciderParameters
+from scheduler.plugins.support.topology import PEER_ENDPOINT_KEY
 from scheduler.registry import register
 from scheduler.trace import add_trace_note
 from scheduler.types import LLMRequest, ProfileRunResult, SchedulingResult
@@ -310,6 +311,7 @@ class DisaggProfileHandler(ProfileHandler):
             elif stage.decider.disaggregate(cycle_state, request, target):
                 record[stage.name] = STAGE_PICKED
                 if not ran_ahead:
+                    cycle_state.write(PEER_ENDPOINT_KEY, target)  # llm-d's peer-endpoint, for topology plugins
                     return {stage.profile: profiles[stage.profile]}
             else:
                 record[stage.name] = STAGE_SKIPPED  # if it ran beside decode, its result is discarded

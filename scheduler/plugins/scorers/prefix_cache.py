@@ -101,18 +101,9 @@ class PrefixCacheScorer(Scorer, PreRequest):
                 raise ValueError(
                     f"{fields}: set these on the producer {producer_name!r}, not on a scorer that reads it"
                 )
-            try:
-                producer = handle.plugin(producer_name)
-            except KeyError:
-                raise ValueError(
-                    f"prefixMatchInfoProducerName {producer_name!r} names no plugin in 'plugins'"
-                ) from None
-            if not isinstance(producer, ApproxPrefixCacheProducer):
-                raise ValueError(
-                    f"prefixMatchInfoProducerName {producer_name!r} is a {producer.type_name}, "
-                    f"not an {ApproxPrefixCacheProducer.type_name}"
-                )
-            self.producer = producer
+            self.producer = handle.plugin_of_type(
+                producer_name, ApproxPrefixCacheProducer, "prefixMatchInfoProducerName"
+            )
             return
         # GIE's combined form: a private producer with GIE's geometry.
         self.producer = ApproxPrefixCacheProducer.__new__(ApproxPrefixCacheProducer)

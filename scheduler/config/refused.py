@@ -1,0 +1,125 @@
+"""llm-d plugin types Ray EPP knows but does not run, each with the reason a config using it is refused.
+
+The list is llm-d/llm-d-router's registrations (cmd/epp/runner/runner.go `registerInTreePlugins`, at
+ebab6879) minus what `scheduler.plugins` registers. The loader consults it only for a type no plugin
+class claims: a plugin written later (e.g. a flow-control policy) takes over its entry by registering
+under that type name, and tests/scheduler/test_llmd_refused.py checks no entry shadows a plugin."""
+
+from __future__ import annotations
+
+_TOKENIZER = (
+    "it tokenizes prompts with the model's own tokenizer (a model download or a vLLM render sidecar "
+    "at `vllm.url`); Ray EPP has no tokenizer and estimates tokens from characters"
+)
+_TOKENS = "it reads the token ids a `token-producer` writes, and Ray EPP can not run a tokenizer"
+_KV_EVENTS = (
+    "it indexes vLLM's KV-cache events (ZMQ) with llm-d-kv-cache, which Ray EPP does not run yet "
+    "(issue 14); use `approx-prefix-cache-producer` for prefix affinity"
+)
+_DCGM = "it reads GPU metrics from an NVIDIA DCGM exporter, which Ray EPP does not scrape"
+_DATA_LAYER = (
+    "Ray EPP's metrics actors scrape each pod's /metrics themselves (engine metric names in the "
+    "gateway settings); data-layer sources and extractors are not configurable plugins here"
+)
+_DISCOVERY = "Ray EPP's pods come from its pods file and pod sources (`epp pods`), not a discovery plugin"
+_FLOW_CONTROL = (
+    "it is a flowControl policy, and this build has no flow-control queue: a sheddable request is "
+    "answered 429 when the pool is saturated"
+)
+_LATENCY = (
+    "it needs llm-d's latency-predictor sidecar (trained TTFT/TPOT models), which Ray EPP does not run (issue 17)"
+)
+_PARSER = "Ray EPP's gateway parses OpenAI requests only (`openai-parser`)"
+_MULTICLUSTER = "it federates EPPs across clusters, which Ray EPP does not do"
+_K8S = "it watches Kubernetes objects (DisaggregatedSet rollouts), and Ray EPP runs without Kubernetes"
+_TEST = "it is a plugin of llm-d's conformance tests, not for deployments"
+_NOT_YET = "Ray EPP does not implement it yet"
+
+REFUSED: dict[str, str] = {
+    # Tokenizers and what depends on their tokens.
+    "token-producer": _TOKENIZER,
+    "tokenizer": _TOKENIZER,
+    "burst-prefix-cache-producer": _TOKENS,
+    "mm-embeddings-cache-producer": _TOKENS,
+    "mm-embeddings-cache-scorer": "it scores the multimodal embeddings an `mm-embeddings-cache-producer` tracks, "
+    "which needs a tokenizer",
+    "precise-prefix-cache-producer": _KV_EVENTS,
+    "precise-prefix-cache-scorer": _KV_EVENTS,
+    # GPU telemetry and the configurable data layer.
+    "dcgm-data-source": _DCGM,
+    "dcgm-extractor": _DCGM,
+    "metrics-data-source": _DATA_LAYER,
+    "core-metrics-extractor": _DATA_LAYER,
+    "endpoint-notification-source": _DATA_LAYER,
+    "k8s-notification-source": _DATA_LAYER,
+    "models-data-source": _DATA_LAYER,
+    "models-data-extractor": _DATA_LAYER,
+    "p2p-source-producer": _DATA_LAYER,
+    "cross-replica-publisher": _DATA_LAYER,
+    "file-discovery": _DISCOVERY,
+    # Flow control (the queue): ordering, fairness, usage limits, eviction.
+    "fcfs-ordering-policy": _FLOW_CONTROL,
+    "edf-ordering-policy": _FLOW_CONTROL,
+    "slo-deadline-ordering-policy": _FLOW_CONTROL,
+    "global-strict-fairness-policy": _FLOW_CONTROL,
+    "round-robin-fairness-policy": _FLOW_CONTROL,
+    "program-aware-fairness": _FLOW_CONTROL,
+    "static-usage-limit-policy": _FLOW_CONTROL,
+    "soft-reflective-ceiling-policy": _FLOW_CONTROL,
+    "priority-holdback-policy": _FLOW_CONTROL,
+    "sheddable-eviction-filter": _FLOW_CONTROL,
+    "priority-then-time-eviction-order-policy": _FLOW_CONTROL,
+    # Latency prediction.
+    "predicted-latency-producer": _LATENCY,
+    "latency-slo-admitter": _LATENCY,
+    "latency-scorer": _LATENCY,
+    "slo-headroom-tier-filter": _LATENCY,
+    "prefix-cache-affinity-filter": "it is one of llm-d's latency-predictor plugins (SLO-aware routing); " + _NOT_YET,
+    # Request parsing.
+    "passthrough-parser": _PARSER,
+    "anthropic-parser": _PARSER,
+    "vllmgrpc-parser": _PARSER,
+    "vllmhttp-parser": _PARSER,
+    "sglanghttp-parser": _PARSER,
+    "vertexai-parser": _PARSER,
+    # Multi-cluster.
+    "multicluster-file-discovery": _MULTICLUSTER,
+    "multicluster-metrics-data-source": _MULTICLUSTER,
+    "multicluster-metrics-extractor": _MULTICLUSTER,
+    "multicluster-session-affinity-filter": _MULTICLUSTER,
+    "multicluster-queue-scorer": _MULTICLUSTER,
+    "multicluster-kv-cache-utilization-scorer": _MULTICLUSTER,
+    "multicluster-prefix-cache-scorer": _MULTICLUSTER,
+    "multicluster-approx-prefix-cache-producer": _MULTICLUSTER,
+    # Kubernetes-bound and test-only plugins.
+    "disaggregatedset-rollout-screener": _K8S,
+    "disaggregatedset-rollout-pod-extractor": _K8S,
+    "header-based-testing-filter": _TEST,
+    "destination-endpoint-served-verifier": _TEST,
+    # Deprecated in llm-d, with a replacement that runs here.
+    "data-parallel-profile-handler": "it is deprecated in llm-d (replaced by `single-profile-handler`) and sends "
+    "every request to `primaryPort` with an X-Data-Parallel-Endpoint header for an Istio sidecar to route; Ray "
+    "EPP's gateway sends each request straight to the chosen rank's address, which is what llm-d's migration "
+    "to `single-profile-handler` gives: use that",
+    # Not implemented yet.
+    "agent-identity": "it maps a request's agent identity header into request attributes; " + _NOT_YET,
+    "request-attribute-reporter": "it reports request attributes back to the gateway as response metadata; " + _NOT_YET,
+    "header-label-affinity-scorer": _NOT_YET,
+    "session-id-producer": "it publishes a SessionID request attribute that no llm-d plugin reads at ebab6879, so "
+    "accepting it would change nothing; session affinity here is `session-affinity-scorer` / `-filter` "
+    "(`algorithm: session_id_header` reads the session header itself)",
+    # Not in llm-d-router at ebab6879; a later one has it (pkg/epp/framework/plugins/requestcontrol/.../models).
+    "models-responder": "it is a request-control Responder and Screener: it answers GET /v1/models with the union "
+    "of every pod's /v1/models, which Ray EPP's gateway always does itself (nothing to configure), and it drops "
+    "candidates whose /v1/models list lacks the requested model or adapter, which "
+    + _NOT_YET.lower().replace("ray epp", "Ray EPP"),
+    "endpoint-attribute-filter": "it filters on an attribute a data-layer extractor (e.g. `dcgm-extractor`) "
+    "writes, and Ray EPP has no such extractor; " + _NOT_YET,
+    "endpoint-attribute-scorer": "it scores an attribute a data-layer extractor (e.g. `dcgm-extractor`) "
+    "writes, and Ray EPP has no such extractor; " + _NOT_YET,
+}
+
+
+def refusal(type_name: str) -> str | None:
+    """Why an llm-d plugin type can not run here, or None if it is not a known llm-d type."""
+    return REFUSED.get(type_name)

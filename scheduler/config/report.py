@@ -1,0 +1,71 @@
+"""What `epp validate` shows: for every plugin and section field a config sets, whether Ray EPP runs
+it, refuses it (and why, from scheduler/config/refused.py and sections.py), or does not know it;
+then the loader's own verdict. A report never raises: a config that can not load still gets one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scheduler.config.loader import load_config, parse_config, read_config_file
+from scheduler.config.models import EndpointPickerConfig
+from scheduler.config.refused import refusal
+from scheduler.config.sections import section_statuses
+from scheduler.errors import ConfigError
+from scheduler.interfaces import Plugin, roles_of
+from scheduler.registry import plugin_class
+
+
+@dataclass(slots=True, frozen=True)
+class ReportLine:
+    where: str  # "plugin 'name' (type t)" or a section field
+    status: str  # "runs" | "accepted" | "refused" | "unknown"
+    why: str
+
+
+@dataclass(slots=True)
+class ConfigReport:
+    lines: list[ReportLine] = field(default_factory=list)
+    config: EndpointPickerConfig | None = None  # loaded, defaults applied; None when it does not load
+    errors: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        width = max((len(line.status) for line in self.lines), default=0)
+        return "\n".join(f"{line.status:<{width}}  {line.where}: {line.why}" for line in self.lines)
+
+
+def config_report_file(path: str | Path) -> ConfigReport:
+    try:
+        return config_report(read_config_file(path))
+    except ConfigError as err:
+        return ConfigReport(errors=list(err.errors))
+
+
+def config_report(source: str | dict) -> ConfigReport:
+    report = ConfigReport()
+    try:
+        raw = parse_config(source)
+    except ConfigError as err:
+        report.errors = list(err.errors)
+        return report
+    classes: dict[str, type[Plugin]] = {}
+    for spec in raw.plugins:
+        name = spec.name or spec.type
+        where = f"plugin {name!r} (type {spec.type})"
+        cls = plugin_class(spec.type)
+        if cls is not None:
+            classes[name] = cls
+            roles = roles_of(cls)
+            what = ", ".join(roles) if roles else "no scheduling role (read by other plugins or the gateway)"
+            report.lines.append(ReportLine(where, "runs", what))
+        elif (why := refusal(spec.type)) is not None:
+            report.lines.append(ReportLine(where, "refused", why))
+        else:
+            report.lines.append(ReportLine(where, "unknown", "no plugin of this type in Ray EPP or llm-d"))
+    for s in section_statuses(raw, classes):
+        report.lines.append(ReportLine(s.field, "accepted" if s.accepted else "refused", s.why))
+    try:
+        report.config = load_config(source)
+    except ConfigError as err:
+        report.errors = list(err.errors)
+    return report

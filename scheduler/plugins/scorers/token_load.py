@@ -1,0 +1,34 @@
+"""`token-load-scorer` (llm-d's pkg/epp/framework/plugins/scheduling/scorer/tokenload/token_load.go):
+prefer endpoints with fewer estimated tokens in flight, 1 - min(1, tokens / queueThresholdTokens)
+(default 4Mi tokens, 128 requests of 32K). Tokens are counted as `inflight-load-producer` says
+(scheduler/plugins/support/inflight_load.py), in this plugin instance: in the Ray path, per profile
+actor, which is told every decision."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from scheduler.cycle_state import CycleState
+from scheduler.interfaces import Parameters, PluginHandle, Scorer, ScorerCategory
+from scheduler.plugins.producers.inflight_load import inflight_load_for
+from scheduler.plugins.support.inflight_load import InFlightLoadHooks
+from scheduler.registry import register
+from scheduler.types import Endpoint, LLMRequest
+
+
+class TokenLoadScorerParameters(Parameters):
+    queue_threshold_tokens: int = Field(default=4 * 1024 * 1024, alias="queueThresholdTokens", gt=0)
+
+
+@register
+class TokenLoadScorer(InFlightLoadHooks, Scorer):
+    type_name = "token-load-scorer"
+    category = ScorerCategory.DISTRIBUTION
+    Parameters = TokenLoadScorerParameters
+
+    def setup(self, handle: PluginHandle) -> None:
+        self.load = inflight_load_for(handle)
+
+    def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
+        tokens, limit = self.load.tokens(), self.params.queue_threshold_tokens
+        return {ep: 1.0 - min(1.0, tokens.get(ep.name, 0) / limit) for ep in endpoints}

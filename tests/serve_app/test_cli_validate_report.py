@@ -1,0 +1,25 @@
+"""`epp validate` shows, for each plugin and section, whether it runs here or is refused and why
+(scheduler/config/report.py), on a config that loads and on an llm-d sample that can not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from serve_app.cli import main
+
+REFUSED_DIR = Path(__file__).parents[1] / "fixtures" / "llm-d" / "refused"
+
+
+def test_epp_validate_shows_the_report(tmp_path, capsys):
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("featureGates: [haPopulateNonLeaderDatastore]\nplugins:\n- type: queue-scorer\n")
+    assert main(["validate", str(ok)]) == 0
+    out = capsys.readouterr().out
+    assert "# runs      plugin 'queue-scorer' (type queue-scorer): Scorer" in out
+    assert "# accepted  featureGates[0] 'haPopulateNonLeaderDatastore': every gateway replica" in out
+    assert "kind: EndpointPickerConfig" in out
+    assert main(["validate", str(REFUSED_DIR / "sim-epp-gpu-config.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "refused  plugin 'dcgm-source' (type dcgm-data-source): it reads GPU metrics" in err
+    assert "runs     plugin 'decode-filter' (type decode-filter): Filter" in err
+    assert "invalid EndpointPickerConfig" in err
