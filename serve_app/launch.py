@@ -6,6 +6,7 @@ Used by `epp up`, the tests and the benchmarks."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import sys
 import time
@@ -54,6 +55,20 @@ def local_ray_env() -> None:
     # Prometheus endpoints and the runtime-env agent to 127.0.0.1 instead of 0.0.0.0 / the node IP.
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def is_loopback_address(address: str) -> bool:
+    """A Ray address (`host:port`, `ray://host:port`) on this machine's loopback interface. Joining
+    it needs `local_ray_env()`: otherwise Ray rewrites 127.0.0.1 to the machine's IP
+    (services.resolve_ip_for_localhost), where a Ray started with `--node-ip-address 127.0.0.1`
+    does not listen. `auto` is not loopback: on a real head that would name the wrong node IP."""
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class LaunchError(RuntimeError):
@@ -109,7 +124,7 @@ class EppDeployment:
             spec = LaunchSpec(**fields)
         elif fields:
             raise TypeError("EppDeployment.start takes a LaunchSpec or its fields, not both")
-        if spec.address is None:
+        if spec.address is None or is_loopback_address(spec.address):
             local_ray_env()  # before anything imports ray: its constants read the environment then
         cfg, gw_settings, pod_specs = _validate(spec)
         _check_ports(spec)
