@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from actors.datastore import DatastoreActor
 from actors.options import ActorOptions, PodSpec, as_options, as_pod
+from actors.placement import prefer_labels
 from actors.profile_actor import ProfileActor, config_digest
 from scheduler import EndpointPickerConfig, dump_config, load_config
 
@@ -73,6 +74,7 @@ def start_epp_actors(
         lifetime=lifetime,
         max_restarts=-1,
         num_cpus=opts.datastore_num_cpus,
+        scheduling_strategy=prefer_labels(opts.datastore_node_labels),
     ).remote([s.model_dump() for s in specs], opts.model_dump(), opts.datastore_name, ns)
     ray.get(datastore.ping.remote(), timeout=_left(deadline))
     ray.get(datastore.set_pods.remote([s.model_dump() for s in specs]), timeout=_left(deadline))
@@ -90,6 +92,8 @@ def start_epp_actors(
             "max_task_retries": opts.profile_max_task_retries,
             "num_cpus": opts.profile_num_cpus,
         }
+        if opts.profile_node_labels:
+            actor_options["scheduling_strategy"] = prefer_labels(opts.profile_node_labels)
         args = (dumped, spec.name, opts.datastore_name, ns, opts.model_dump())
         actor = ProfileActor.options(get_if_exists=True, **actor_options).remote(*args)
         if ray.get(actor.info.remote(), timeout=_left(deadline))["config_digest"] != digest:

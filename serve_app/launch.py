@@ -96,6 +96,8 @@ class LaunchSpec(BaseModel):
     port: int = Field(default=8000, gt=0, lt=65536)
     replicas: int = Field(default=1, ge=1)
     proxy_port: int | None = None
+    # ActorOptions fields (actors/options.py), e.g. {"metrics_actor_scope": "pod"}
+    actor_options: dict | None = None
     app_name: str = "epp"
 
     @property
@@ -168,7 +170,7 @@ class EppDeployment:
         from scheduler import dump_config
         from serve_app.gateway import Gateway
 
-        self.actors = start_epp_actors(dump_config(cfg), self.pods)
+        self.actors = start_epp_actors(dump_config(cfg), self.pods, options=spec.actor_options)
         self.hub = get_or_create_hub()
         serve.start(http_options={"host": spec.host, "port": spec.serve_proxy_port})
         gateway = Gateway.options(num_replicas=spec.replicas).bind(
@@ -229,6 +231,7 @@ def _start_sim(n: int, time_scale: float, overrides: dict) -> tuple[Any, list[An
 
 def _validate(spec: LaunchSpec) -> tuple[Any, Any, list[Any] | None]:
     from actors.launcher import load_pods_file
+    from actors.options import as_options
     from scheduler import ConfigError, load_config, load_config_file
     from serve_app.settings import GatewaySettings, load_settings_file
 
@@ -248,6 +251,7 @@ def _validate(spec: LaunchSpec) -> tuple[Any, Any, list[Any] | None]:
             pod_specs = list(spec.pods)
         else:
             pod_specs = load_pods_file(spec.pods_path) if spec.pods_path else None
+        as_options(spec.actor_options)
     except ValueError as err:
         raise LaunchError(str(err)) from None
     return cfg, gw_settings, pod_specs
