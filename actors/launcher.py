@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from actors.datastore import DatastoreActor
 from actors.options import ActorOptions, PodSpec, as_options, as_pod
-from actors.placement import prefer_labels
+from actors.placement import placed_cpus, prefer_labels
 from actors.profile_actor import ProfileActor, config_digest
 from scheduler import EndpointPickerConfig, dump_config, load_config
 
@@ -73,7 +73,7 @@ def start_epp_actors(
         get_if_exists=True,
         lifetime=lifetime,
         max_restarts=-1,
-        num_cpus=opts.datastore_num_cpus,
+        num_cpus=placed_cpus(opts.datastore_num_cpus, prefer_labels(opts.datastore_node_labels)),
         scheduling_strategy=prefer_labels(opts.datastore_node_labels),
     ).remote([s.model_dump() for s in specs], opts.model_dump(), opts.datastore_name, ns)
     ray.get(datastore.ping.remote(), timeout=_left(deadline))
@@ -94,6 +94,7 @@ def start_epp_actors(
         }
         if opts.profile_node_labels:
             actor_options["scheduling_strategy"] = prefer_labels(opts.profile_node_labels)
+            actor_options["num_cpus"] = placed_cpus(opts.profile_num_cpus, actor_options["scheduling_strategy"])
         args = (dumped, spec.name, opts.datastore_name, ns, opts.model_dump())
         actor = ProfileActor.options(get_if_exists=True, **actor_options).remote(*args)
         if ray.get(actor.info.remote(), timeout=_left(deadline))["config_digest"] != digest:

@@ -18,7 +18,7 @@ from ray.exceptions import ActorDiedError
 from actors.metrics_actor import NodeMetricsActor
 from actors.metrics_groups import metrics_actor_name, metrics_actor_prefix, pod_node
 from actors.options import ActorOptions, PodSpec, as_pod
-from actors.placement import RayNodes, affinity
+from actors.placement import RayNodes, affinity, placed_cpus
 
 log = logging.getLogger("ray_epp.actors.datastore")
 
@@ -89,6 +89,7 @@ class MetricsFleet:
         strategy = affinity(pod_node(specs[0], nodes, ray.get_runtime_context().get_node_id()))
         if strategy is not None:
             opts["scheduling_strategy"] = strategy
+            opts["num_cpus"] = placed_cpus(self._options.metrics_num_cpus, strategy)
         me = ray.get_runtime_context().current_actor
         deadline = time.monotonic() + 10.0
         dumped = [s.model_dump() for s in specs]

@@ -37,6 +37,17 @@ def is_loopback(address: str) -> bool:
 
 NODE_ID_LABEL = "ray.io/node-id"  # every Ray node carries its id as this label
 
+# Ray ignores the scheduling strategy of an actor that asks for no resources at all: the GCS
+# forwards its lease to a random alive node, which grants it (ray-project/ray
+# src/ray/gcs/actor/gcs_actor_scheduler.cc, SelectForwardingNode). An actor placed by a preference
+# asks for at least this much CPU (nothing on any real node).
+PLACED_MIN_CPUS = 0.001
+
+
+def placed_cpus(num_cpus: float, strategy: object) -> float:
+    """The CPUs to ask for: `num_cpus`, or PLACED_MIN_CPUS when there is a strategy to honour."""
+    return max(num_cpus, PLACED_MIN_CPUS) if strategy is not None else num_cpus
+
 
 def affinity(node_id: str | None) -> NodeLabelSchedulingStrategy | None:
     """Prefer one node (soft): the actor runs there while it is alive, and Ray places (and

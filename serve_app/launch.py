@@ -167,13 +167,16 @@ class EppDeployment:
 
         from actors.launcher import start_epp_actors
         from actors.metrics_hub import get_or_create_hub
+        from actors.placement import PLACED_MIN_CPUS
         from scheduler import dump_config
         from serve_app.gateway import Gateway
 
         self.actors = start_epp_actors(dump_config(cfg), self.pods, options=spec.actor_options)
         self.hub = get_or_create_hub()
         serve.start(http_options={"host": spec.host, "port": spec.serve_proxy_port})
-        gateway = Gateway.options(num_replicas=spec.replicas).bind(
+        # a little CPU, so that Serve's spreading of the replicas over the nodes is not ignored
+        # (actors/placement.py PLACED_MIN_CPUS)
+        gateway = Gateway.options(num_replicas=spec.replicas, ray_actor_options={"num_cpus": PLACED_MIN_CPUS}).bind(
             dump_config(cfg),
             gw_settings.model_dump(),
             self.actors.datastore,
