@@ -21,6 +21,7 @@ from collections import Counter
 import httpx
 import pytest
 
+from tests.agent_ports import AGENT_PORTS, write_agent_port_files
 from tests.conftest import GATEWAY_TEST_PORT
 
 ray = pytest.importorskip("ray")
@@ -33,9 +34,6 @@ APP = "epp-multinode"
 DATASTORE = "mn-datastore"
 
 
-AGENT_PORTS = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port", "runtime_env_agent_port")
-
-
 def node_ports(i: int) -> dict:
     """Fixed ports for node i, so that nodes of this machine never meet another checkout's."""
     base = GATEWAY_TEST_PORT + 400 + 20 * i
@@ -45,16 +43,11 @@ def node_ports(i: int) -> dict:
 
 
 def add_node(c, session_dir: str, i: int, **args):
-    """`c.add_node` with fixed ports and a node id chosen here, whose agent port files are written
-    before the raylet starts. A raylet waits at most 15-30 s (not configurable) for its dashboard
-    agent to write them, even when the ports are given, and exits then; on this shared 2-core
-    machine the agent can take a minute to import. The agent writes the same ports later."""
+    """`c.add_node` with fixed ports and a node id chosen here, its agent port files written first
+    (tests/agent_ports.py)."""
     node_id = ray.NodeID.from_random().hex()
     ports = node_ports(i)
-    os.makedirs(session_dir, exist_ok=True)
-    for name in AGENT_PORTS:
-        with open(os.path.join(session_dir, f"{name}_{node_id}"), "w") as f:
-            f.write(str(ports[name]))
+    write_agent_port_files(session_dir, node_id, ports)
     return c.add_node(env_vars={"RAY_OVERRIDE_NODE_ID_FOR_TESTING": node_id}, **ports, **args)
 
 

@@ -16,11 +16,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.agent_ports import write_agent_port_files
 from tests.conftest import GATEWAY_TEST_PORT
 from tests.serve_app.test_epp_up import complete, start_up, stop_up
 
@@ -68,7 +70,8 @@ class Bystander:
 def other(request):
     return "other"
 
-actor = Bystander.options(name="bystander", namespace="someone-else", lifetime="detached", num_cpus=0).remote()
+actor = Bystander.options(name="bystander", namespace="someone-else", lifetime="detached", num_cpus=0,
+                          get_if_exists=True).remote()  # the attach loop may run this twice
 pid = ray.get(actor.pid.remote())
 serve.start(http_options={"host": "127.0.0.1", "port": %d})
 serve.run(other.bind(), name="other-app", route_prefix="/other")
@@ -86,6 +89,17 @@ print(json.dumps({"named": sorted(f"{a['namespace']}/{a['name']}" for a in named
 """
 
 
+def write_port_files_when_started(tmp: Path, node_id: str, ports: dict[str, int], stop: threading.Event) -> None:
+    """`ray start` names its session directory itself: write the head's agent port files
+    (tests/agent_ports.py) as soon as it is there."""
+    while not stop.is_set():
+        session = tmp / "session_latest"
+        if session.exists():
+            write_agent_port_files(str(session.resolve()), node_id, ports)
+            return
+        time.sleep(0.05)
+
+
 @pytest.fixture()
 def head(tmp_path_factory):
     """`ray start --head --block` in its own session: killing that session takes the cluster away
@@ -94,6 +108,12 @@ def head(tmp_path_factory):
     tmp.mkdir(parents=True, exist_ok=True)
     env = cluster_env(tmp)
     p = HEAD_PORT
+    node_id = os.urandom(28).hex()  # a Ray node id: 28 bytes
+    env["RAY_OVERRIDE_NODE_ID_FOR_TESTING"] = node_id
+    ports = {"metrics_agent_port": p + 7, "metrics_export_port": p + 5}
+    ports.update(dashboard_agent_listen_port=p + 4, runtime_env_agent_port=p + 6)
+    stop = threading.Event()
+    threading.Thread(target=write_port_files_when_started, args=(tmp, node_id, ports, stop), daemon=True).start()
     proc = subprocess.Popen(
         [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={p}", "--num-cpus=4",
          "--include-dashboard=false", f"--temp-dir={tmp}", f"--ray-client-server-port={p + 1}",
@@ -105,6 +125,7 @@ def head(tmp_path_factory):
     try:
         yield env, proc
     finally:
+        stop.set()
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(proc.pid, sig)
