@@ -48,7 +48,7 @@ from actors.datastore_core import DatastoreCore
 from actors.metrics_fleet import MetricsFleet, kill
 from actors.metrics_groups import by_name, plan_pod_set, to_place
 from actors.options import ActorOptions, PodSpec, as_options, as_pod
-from actors.placement import node_ids_by_ip
+from actors.placement import RayNodes
 from actors.pod_source import RUNTIME, STATIC, PodConflict, PodSource, build_pod_source
 from actors.pod_state import PodRecord, PodState
 from actors.scrape_report import ScrapeReport
@@ -199,9 +199,9 @@ class DatastoreActor:
 
     # --- the pod set and its metrics actors ----------------------------------------------------
 
-    async def _sync_group(self, group: str, node_ids: dict[str, str] | None = None) -> None:
+    async def _sync_group(self, group: str, nodes: RayNodes | None = None) -> None:
         members = [p for p in self._core.pods.values() if p.group == group]
-        handle = await self._fleet.sync(group, [p.spec for p in members], node_ids)
+        handle = await self._fleet.sync(group, [p.spec for p in members], nodes)
         for pod in members:
             pod.actor = handle
 
@@ -233,16 +233,17 @@ class DatastoreActor:
             self._check_owner(remove, source)
         keep = {n: p.spec for n, p in pods.items() if drain or n not in remove}
         full = {**keep, **wanted}
-        node_ids: dict[str, str] | None = None
+        nodes: RayNodes | None = None
         if to_place({n: p.spec for n, p in pods.items()}, full):
-            node_ids = node_ids_by_ip(await asyncio.to_thread(ray.nodes))
+            nodes = RayNodes.of(await asyncio.to_thread(ray.nodes))
         change = plan_pod_set(
             {n: (p.spec, p.group) for n, p in pods.items()},
             full,
             remove_missing=True,
-            node_ids=node_ids or {},
+            nodes=nodes or RayNodes(),
             local_node_id=ray.get_runtime_context().get_node_id(),
             max_pods=self._options.max_pods_per_metrics_actor,
+            scope=self._options.metrics_actor_scope,
         )
         changed = change.changed
         for name, group in change.placed.items():
@@ -269,7 +270,7 @@ class DatastoreActor:
                 if self._core.begin_drain(name):
                     draining.append(name)
         for group in sorted(change.touched):
-            await self._sync_group(group, node_ids)
+            await self._sync_group(group, nodes)
         if changed:
             self._core.bump()
         return {"added": change.added, "removed": change.removed, "replaced": change.replaced, "draining": draining}

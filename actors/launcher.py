@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from actors.datastore import DatastoreActor
 from actors.options import ActorOptions, PodSpec, as_options, as_pod
+from actors.placement import affinity, placed_cpus, prefer_labels
 from actors.profile_actor import ProfileActor, config_digest
 from scheduler import EndpointPickerConfig, dump_config, load_config
 
@@ -69,20 +70,18 @@ def start_epp_actors(
     ns = namespace or ray.get_runtime_context().namespace
     deadline = time.monotonic() + timeout_s
     lifetime = "detached" if opts.detached else None
-    placement: dict[str, Any] = {}
-    if pod_sources:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        here = ray.get_runtime_context().get_node_id()
-        placement["scheduling_strategy"] = NodeAffinitySchedulingStrategy(here, soft=True)
+    # A datastore that runs pod sources reads their files: it prefers this node (soft).
+    strategy = prefer_labels(opts.datastore_node_labels) or (
+        affinity(ray.get_runtime_context().get_node_id()) if pod_sources else None
+    )
     datastore = DatastoreActor.options(
         name=opts.datastore_name,
         namespace=ns,
         get_if_exists=True,
         lifetime=lifetime,
         max_restarts=-1,
-        num_cpus=opts.datastore_num_cpus,
-        **placement,
+        num_cpus=placed_cpus(opts.datastore_num_cpus, strategy),
+        scheduling_strategy=strategy,
     ).remote([s.model_dump() for s in specs], opts.model_dump(), opts.datastore_name, ns, pod_sources)
     ray.get(datastore.ping.remote(), timeout=_left(deadline))
     ray.get(datastore.set_pods.remote([s.model_dump() for s in specs]), timeout=_left(deadline))
@@ -100,6 +99,9 @@ def start_epp_actors(
             "max_task_retries": opts.profile_max_task_retries,
             "num_cpus": opts.profile_num_cpus,
         }
+        if opts.profile_node_labels:
+            actor_options["scheduling_strategy"] = prefer_labels(opts.profile_node_labels)
+            actor_options["num_cpus"] = placed_cpus(opts.profile_num_cpus, actor_options["scheduling_strategy"])
         args = (dumped, spec.name, opts.datastore_name, ns, opts.model_dump())
         actor = ProfileActor.options(get_if_exists=True, **actor_options).remote(*args)
         if ray.get(actor.info.remote(), timeout=_left(deadline))["config_digest"] != digest:

@@ -16,9 +16,9 @@ import ray
 from ray.exceptions import ActorDiedError
 
 from actors.metrics_actor import NodeMetricsActor
-from actors.metrics_groups import metrics_actor_name, metrics_actor_prefix
+from actors.metrics_groups import metrics_actor_name, metrics_actor_prefix, pod_node
 from actors.options import ActorOptions, PodSpec, as_pod
-from actors.placement import affinity_for, node_ids_by_ip
+from actors.placement import RayNodes, affinity, placed_cpus
 
 log = logging.getLogger("ray_epp.actors.datastore")
 
@@ -53,7 +53,7 @@ class MetricsFleet:
             found.append((entry["name"][len(prefix) :], handle, specs))
         return found
 
-    async def sync(self, group: str, specs: list[PodSpec], node_ids: dict[str, str] | None = None) -> Any:
+    async def sync(self, group: str, specs: list[PodSpec], nodes: RayNodes | None = None) -> Any:
         """Make the group's metrics actor scrape exactly `specs`: create it, tell it the new list,
         or retire it when `specs` is empty (then None). Returns its handle."""
         handle = self.handles.get(group)
@@ -70,14 +70,14 @@ class MetricsFleet:
             except Exception as err:  # restarting: a restarted metrics actor asks for its pods itself
                 log.warning("metrics actor %s did not take its pod list: %s", group, err)
         if handle is None:
-            handle = await self._create(group, specs, node_ids)
+            handle = await self._create(group, specs, nodes)
             self.handles[group] = handle
         return handle
 
-    async def _create(self, group: str, specs: list[PodSpec], node_ids: dict[str, str] | None) -> Any:
+    async def _create(self, group: str, specs: list[PodSpec], nodes: RayNodes | None) -> Any:
         name = metrics_actor_name(self._name, group)
-        if node_ids is None:
-            node_ids = node_ids_by_ip(await asyncio.to_thread(ray.nodes))
+        if nodes is None:
+            nodes = RayNodes.of(await asyncio.to_thread(ray.nodes))
         opts: dict[str, Any] = {
             "name": name,
             "namespace": self._namespace,
@@ -85,9 +85,11 @@ class MetricsFleet:
             "max_restarts": -1,
             "num_cpus": self._options.metrics_num_cpus,
         }
-        strategy = affinity_for(specs[0].address, node_ids, ray.get_runtime_context().get_node_id())
+        # the group's pods share a node (or, in group `any`, none): the first one's is the group's
+        strategy = affinity(pod_node(specs[0], nodes, ray.get_runtime_context().get_node_id()))
         if strategy is not None:
             opts["scheduling_strategy"] = strategy
+            opts["num_cpus"] = placed_cpus(self._options.metrics_num_cpus, strategy)
         me = ray.get_runtime_context().current_actor
         deadline = time.monotonic() + 10.0
         dumped = [s.model_dump() for s in specs]

@@ -1,11 +1,16 @@
 """Which metrics actor scrapes which pod: plain rules, no Ray (the datastore applies them, and
 `actors/metrics_fleet.py` makes the actors match).
 
-One `NodeMetricsActor` scrapes the pods of one Ray node: a pod's group is its address when that is
-a Ray node's IP, the datastore's own node for a loopback address, and `any` for pods on no Ray
-node; at most `max_pods_per_metrics_actor` pods a group (more go to `<group>#2`, `#3`, ..., the
-first with room). The actor of group g of datastore d is named `d:metrics:g`, so a restarted
-datastore finds its actors by name. A pod keeps its group until its spec changes."""
+One `NodeMetricsActor` scrapes the pods of one Ray node (`metrics_actor_scope: node`). A pod's node
+is the one its spec assigns (`node`: a node id, or `node_labels`: the first alive node, by id, that
+carries them all; group `node:<id>`); else the node whose IP is its address (group: that IP), the
+datastore's own node for a loopback address (its IP), and `any` for pods on no Ray node. Several
+Ray nodes of one machine share its IP: only an assignment tells them apart. At most
+`max_pods_per_metrics_actor` pods a group (more go to `<group>#2`, `#3`, ..., the first with room).
+With `metrics_actor_scope: pod` every pod has its own group, `pod:<name>`, on the pod's node. The
+actor of group g of datastore d is named `d:metrics:g`, so a restarted datastore finds its actors by
+name. A pod keeps its group until its spec changes, also when its node is lost: Ray restarts the
+actor elsewhere (its affinity is soft) and it goes on scraping the same pods."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from actors.options import PodSpec
-from actors.placement import is_loopback
+from actors.placement import RayNodes, is_loopback
 
 ANY_NODE = "any"
 LOCAL = "local"  # a loopback pod when the datastore's node is not among the known nodes
@@ -36,6 +41,36 @@ def node_group(address: str, node_ids: Mapping[str, str], local_node_id: str | N
     if is_loopback(address):
         return next((ip for ip, node_id in node_ids.items() if node_id == local_node_id), LOCAL)
     return ANY_NODE
+
+
+def assigned_node(spec: PodSpec, nodes: RayNodes) -> str | None:
+    """The alive node the spec assigns the pod to (`node`, else the first node by id carrying all
+    `node_labels`), or None: not assigned, or no alive node matches."""
+    if spec.node is not None:
+        return spec.node if spec.node in nodes.labels else None
+    if spec.node_labels:
+        wanted = spec.node_labels.items()
+        return next((n for n in sorted(nodes.labels) if wanted <= nodes.labels[n].items()), None)
+    return None
+
+
+def pod_node(spec: PodSpec, nodes: RayNodes, local_node_id: str | None) -> str | None:
+    """The node a pod runs on, where its metrics actor goes: the assigned one, else by its address
+    (a node's IP; loopback: `local_node_id`, the datastore's node), else None."""
+    node_id = assigned_node(spec, nodes)
+    if node_id is None and is_loopback(spec.address):
+        return local_node_id  # not by_ip: the nodes of one machine share 127.0.0.1
+    return node_id or nodes.by_ip.get(spec.address)
+
+
+def pod_group(spec: PodSpec, nodes: RayNodes, local_node_id: str | None, scope: str = "node") -> str:
+    """The group a pod belongs to before sharding (see the module doc)."""
+    if scope == "pod":
+        return f"pod:{spec.name}"
+    node_id = assigned_node(spec, nodes)
+    if node_id is not None:
+        return f"node:{node_id}"
+    return node_group(spec.address, nodes.by_ip, local_node_id)
 
 
 def shard_with_room(base: str, sizes: Mapping[str, int], max_pods: int) -> str:
@@ -84,9 +119,10 @@ def plan_pod_set(
     wanted: Mapping[str, PodSpec],
     *,
     remove_missing: bool,
-    node_ids: Mapping[str, str],
+    nodes: RayNodes,
     local_node_id: str | None,
     max_pods: int,
+    scope: str = "node",
 ) -> PodSetChange:
     """Place the wanted pods that need it (`to_place`) given the current pods' (spec, group), one
     after the other: a replaced pod leaves its group first, and each placed pod counts towards its
@@ -104,7 +140,7 @@ def plan_pod_set(
         sizes: dict[str, int] = {}
         for group in groups.values():
             sizes[group] = sizes.get(group, 0) + 1
-        group = shard_with_room(node_group(wanted[name].address, node_ids, local_node_id), sizes, max_pods)
+        group = shard_with_room(pod_group(wanted[name], nodes, local_node_id, scope), sizes, max_pods)
         groups[name] = change.placed[name] = group
         change.touched.add(group)
     if remove_missing:

@@ -11,7 +11,10 @@ DEFAULT_DATASTORE_NAME = "epp-datastore"
 
 
 class PodSpec(BaseModel):
-    """A model server: where to reach it and its labels (engine type, P/D role, ...)."""
+    """A model server: where to reach it and its labels (engine type, P/D role, ...). `node` (a Ray
+    node id) or `node_labels` (Ray node labels it must carry, e.g. from `ray start --labels`) say
+    which Ray node it runs on, so that its metrics actor is placed there; without them (or when no
+    alive node matches) a pod is on the node whose IP is its address (actors/metrics_groups.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -19,6 +22,8 @@ class PodSpec(BaseModel):
     address: str = Field(min_length=1)
     port: int = Field(ge=1, le=65535)
     labels: dict[str, str] = Field(default_factory=dict)
+    node: str | None = Field(None, pattern=r"^[0-9a-f]{56}$")
+    node_labels: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name", "address")
     @classmethod
@@ -64,8 +69,11 @@ class ActorOptions(BaseModel):
     heartbeat_s: float = Field(1.0, gt=0)
     # Changed metrics are reported at most this often (0: every change).
     min_report_interval_s: float = Field(0.0, ge=0)
-    # One metrics actor scrapes the pods of one Ray node (pods on no Ray node share actors too), at
-    # most this many per actor; more pods on a node get more actors.
+    # "node": one metrics actor scrapes the pods of one Ray node (pods on no Ray node share actors
+    # too), at most max_pods_per_metrics_actor each; more pods on a node get more actors. "pod": an
+    # actor per pod (GIE's and the first design's shape; a Ray call per report and a process per pod,
+    # DESIGN.md "One metrics actor per node"), on the pod's node. Either way an actor follows its pods.
+    metrics_actor_scope: Literal["node", "pod"] = "node"
     max_pods_per_metrics_actor: int = Field(16, ge=1)
     # A metrics actor sends what its scrapers have to report in one Ray call per scrape round (a
     # call costs ~1.5 ms of CPU in the metrics actor and ~2.4 ms in the datastore, whatever it
@@ -83,6 +91,11 @@ class ActorOptions(BaseModel):
     snapshot_min_interval_s: float = Field(0.025, ge=0)
     watch_timeout_s: float = Field(5.0, gt=0)
     profile_max_task_retries: int = Field(0, ge=-1)
+    # The datastore and the profile actors prefer Ray nodes with these labels (soft: when none is
+    # alive they run, and are restarted, elsewhere), e.g. CPU nodes next to the gateway replicas;
+    # {}: where Ray likes.
+    datastore_node_labels: dict[str, str] = Field(default_factory=dict)
+    profile_node_labels: dict[str, str] = Field(default_factory=dict)
     # Modules to import in every profile actor before its config is built: custom plugins.
     plugin_modules: list[str] = Field(default_factory=list)
     # Profile actors also serve run_batch on 127.0.0.1 for gateway replicas on their node: a Ray

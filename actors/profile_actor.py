@@ -88,7 +88,8 @@ class ProfileActor:
         # Without a datastore (a Serve request router's actors) every call brings its endpoints.
         self._watcher = asyncio.get_running_loop().create_task(self._watch_loop()) if datastore_name else None
         # The same run_batch, also served on 127.0.0.1 for same-node gateways (see actors/channel.py).
-        self._channel = ChannelServer(self.run_batch) if self._options.direct_channel else None
+        self._channel = ChannelServer(self._run_batch_by_channel) if self._options.direct_channel else None
+        self._batches = self._channel_batches = 0
         self._channel_started = (
             asyncio.get_running_loop().create_task(self._channel.start()) if self._channel is not None else None
         )
@@ -145,6 +146,7 @@ class ProfileActor:
                 self._apply(item)
                 out.append(None)
         self._intervals.append((started, time.time()))
+        self._batches += 1
         self._start_pusher()
         return out
 
@@ -194,6 +196,10 @@ class ProfileActor:
         profile_trace = None if trace is None else trace.profiles.get(self._name)
         return ProfileOutcome(result, error, profile_trace, version, started, time.time())
 
+    async def _run_batch_by_channel(self, items: list[ProfileCall | ProfileEvent]) -> list[ProfileOutcome | None]:
+        self._channel_batches += 1
+        return await self.run_batch(items)
+
     async def channel_endpoint(self) -> dict[str, Any] | None:
         """Where a gateway replica on this node can send run_batch directly, or None."""
         if self._channel is None or self._channel_started is None:
@@ -217,6 +223,8 @@ class ProfileActor:
             "endpoints": [e.name for e in self._endpoints],
             "plugins": [p.name for p in self.profile.plugins()],
             "calls": self._calls,
+            # batches that came over the same-node channel; the others were Ray calls (other nodes)
+            "batches": {"channel": self._channel_batches, "ray": self._batches - self._channel_batches},
             "hook_errors": self._hooks.errors,
             "watch_errors": self._watch_errors,
             "events": dict(self._events),

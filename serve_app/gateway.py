@@ -11,6 +11,7 @@ import os
 import time
 from typing import Any
 
+import ray
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from ray import serve
@@ -532,7 +533,9 @@ class Gateway:
         # pid and replica (its Ray actor's name, in namespace "serve") say which replica answered:
         # all of them share one port.
         replica = serve.get_replica_context().replica_id.to_full_id_str()
-        return JSONResponse({"status": "ok", "service": GATEWAY_SERVICE, "pid": os.getpid(), "replica": replica})
+        node = ray.get_runtime_context().get_node_id()  # several nodes of one machine share its port
+        body = {"status": "ok", "service": GATEWAY_SERVICE, "pid": os.getpid(), "replica": replica, "node_id": node}
+        return JSONResponse(body)
 
     @app.get("/ready")
     async def ready(self) -> Response:

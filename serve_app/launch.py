@@ -6,6 +6,7 @@ Used by `epp up`, the tests and the benchmarks."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import sys
 import time
@@ -56,6 +57,20 @@ def local_ray_env() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+def is_loopback_address(address: str) -> bool:
+    """A Ray address (`host:port`, `ray://host:port`) on this machine's loopback interface. Joining
+    it needs `local_ray_env()`: otherwise Ray rewrites 127.0.0.1 to the machine's IP
+    (services.resolve_ip_for_localhost), where a Ray started with `--node-ip-address 127.0.0.1`
+    does not listen. `auto` is not loopback: on a real head that would name the wrong node IP."""
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class LaunchError(RuntimeError):
     """Something the user gave us (config, pods file, settings) or the environment is wrong."""
 
@@ -83,6 +98,8 @@ class LaunchSpec(BaseModel):
     port: int = Field(default=8000, gt=0, lt=65536)
     replicas: int = Field(default=1, ge=1)
     proxy_port: int | None = None
+    # ActorOptions fields (actors/options.py), e.g. {"metrics_actor_scope": "pod"}
+    actor_options: dict | None = None
     app_name: str = "epp"
 
     @property
@@ -111,7 +128,7 @@ class EppDeployment:
             spec = LaunchSpec(**fields)
         elif fields:
             raise TypeError("EppDeployment.start takes a LaunchSpec or its fields, not both")
-        if spec.address is None:
+        if spec.address is None or is_loopback_address(spec.address):
             local_ray_env()  # before anything imports ray: its constants read the environment then
         cfg, gw_settings, pod_specs = _validate(spec)
         _check_ports(spec)
@@ -152,17 +169,20 @@ class EppDeployment:
 
         from actors.launcher import start_epp_actors
         from actors.metrics_hub import get_or_create_hub
+        from actors.placement import PLACED_MIN_CPUS
         from scheduler import dump_config
         from serve_app.gateway import Gateway
 
         if spec.watch_pods:
             source = {"kind": "file", "path": str(Path(spec.pods_path or "").resolve())}
-            self.actors = start_epp_actors(dump_config(cfg), [], pod_sources=[source])
+            self.actors = start_epp_actors(dump_config(cfg), [], options=spec.actor_options, pod_sources=[source])
         else:
-            self.actors = start_epp_actors(dump_config(cfg), self.pods)
+            self.actors = start_epp_actors(dump_config(cfg), self.pods, options=spec.actor_options)
         self.hub = get_or_create_hub()
         serve.start(http_options={"host": spec.host, "port": spec.serve_proxy_port})
-        gateway = Gateway.options(num_replicas=spec.replicas).bind(
+        # a little CPU, so that Serve's spreading of the replicas over the nodes is not ignored
+        # (actors/placement.py PLACED_MIN_CPUS)
+        gateway = Gateway.options(num_replicas=spec.replicas, ray_actor_options={"num_cpus": PLACED_MIN_CPUS}).bind(
             dump_config(cfg),
             gw_settings.model_dump(),
             self.actors.datastore,
@@ -227,6 +247,7 @@ def _start_sim(n: int, time_scale: float, overrides: dict) -> tuple[Any, list[An
 
 def _validate(spec: LaunchSpec) -> tuple[Any, Any, list[Any] | None]:
     from actors.launcher import load_pods_file
+    from actors.options import as_options
     from scheduler import ConfigError, load_config, load_config_file
     from serve_app.settings import GatewaySettings, load_settings_file
 
@@ -248,6 +269,7 @@ def _validate(spec: LaunchSpec) -> tuple[Any, Any, list[Any] | None]:
             pod_specs = list(spec.pods)
         else:
             pod_specs = load_pods_file(spec.pods_path) if spec.pods_path else None
+        as_options(spec.actor_options)
     except ValueError as err:
         raise LaunchError(str(err)) from None
     return cfg, gw_settings, pod_specs

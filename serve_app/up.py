@@ -43,6 +43,12 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="Ray Serve's proxy, which balances over all replicas (default --port + 88, i.e. 8088)",
     )
+    p.add_argument(
+        "--metrics-actor-scope",
+        choices=("node", "pod"),
+        default="node",
+        help="one metrics actor per Ray node's pods (default) or one per pod",
+    )
     p.add_argument("--exit-after", type=float, default=None, help=argparse.SUPPRESS)  # for tests: stop after N s
 
 
@@ -62,6 +68,7 @@ def run_up(args: argparse.Namespace) -> int:
             port=args.port,
             replicas=args.replicas,
             proxy_port=args.proxy_port,
+            actor_options={"metrics_actor_scope": args.metrics_actor_scope},
         )
         deployment = EppDeployment.start(spec)
     except (LaunchError, ValueError) as err:  # pydantic's ValidationError is a ValueError

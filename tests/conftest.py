@@ -37,3 +37,12 @@ def ray_session():
     yield ray
     if started:
         ray.shutdown()
+
+
+MULTINODE_DIR = os.path.join(os.path.dirname(__file__), "multinode")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The multi-node tests (tests/multinode/) run last: they shut the session Ray down and start a
+    `ray.cluster_utils.Cluster` of their own, so no test that uses `ray_session` may follow them."""
+    items.sort(key=lambda item: str(item.path).startswith(MULTINODE_DIR))  # stable: the rest keep their order

@@ -13,8 +13,8 @@ ray = pytest.importorskip("ray")
 
 from actors import PodSpec, ProfileCall, start_epp_actors, stop_epp_actors  # noqa: E402
 from actors.launcher import profile_actor_name  # noqa: E402
-from actors.metrics_groups import metrics_actor_name  # noqa: E402
-from actors.placement import affinity_for, node_ids_by_ip  # noqa: E402
+from actors.metrics_groups import metrics_actor_name, pod_node  # noqa: E402
+from actors.placement import NODE_ID_LABEL, RayNodes, affinity  # noqa: E402
 from actors.protocol import ProfileEvent  # noqa: E402
 from scheduler import (  # noqa: E402
     CycleState,
@@ -484,13 +484,14 @@ def test_metrics_actors_exit_when_their_datastore_is_gone(ray_session, sim):
 
 
 def test_placement_prefers_the_pods_ray_node(ray_session):
-    nodes = ray.nodes()
-    ips = node_ids_by_ip(nodes)
-    ip, node_id = next(iter(ips.items()))
-    strategy = affinity_for(ip, ips)
-    assert strategy is not None and strategy.node_id == node_id and strategy.soft is True
-    assert affinity_for("10.255.255.1", ips) is None
+    nodes = RayNodes.of(ray.nodes())
+    ip, node_id = next(iter(nodes.by_ip.items()))
+    strategy = affinity(pod_node(PodSpec(name="p", address=ip, port=1), nodes, None))
+    assert strategy is not None and strategy.hard == [] and len(strategy.soft) == 1
+    assert (strategy.soft[0].key, strategy.soft[0].operator.values) == (NODE_ID_LABEL, [node_id])
+    assert affinity(pod_node(PodSpec(name="p", address="10.255.255.1", port=1), nodes, None)) is None
     # a loopback pod is on the caller's machine
     local = ray.get_runtime_context().get_node_id()
-    assert affinity_for("127.0.0.1", {}, local).node_id == local
-    assert affinity_for("127.0.0.1", {}) is None
+    local_strategy = affinity(pod_node(PodSpec(name="p", address="127.0.0.1", port=1), RayNodes(), local))
+    assert local_strategy.soft[0].operator.values == [local]
+    assert affinity(pod_node(PodSpec(name="p", address="127.0.0.1", port=1), RayNodes(), None)) is None

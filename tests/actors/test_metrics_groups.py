@@ -5,26 +5,44 @@ from __future__ import annotations
 import pytest
 
 from actors.metrics_groups import (
+    assigned_node,
     by_name,
     metrics_actor_name,
     metrics_actor_prefix,
     node_group,
     plan_pod_set,
+    pod_group,
+    pod_node,
     shard_with_room,
     to_place,
 )
 from actors.options import PodSpec
+from actors.placement import RayNodes
 
 NODES = {"10.0.0.1": "node-a", "10.0.0.2": "node-b"}
+# Three Ray nodes of one machine: they share 127.0.0.1, only an assignment tells them apart.
+A, B, C = ("a" * 56, "b" * 56, "c" * 56)
+ONE_MACHINE = RayNodes(
+    by_ip={"127.0.0.1": C}, labels={A: {"epp/host": "h0"}, B: {"epp/host": "h1", "gpu": "l4"}, C: {"epp/host": "h1"}}
+)
 
 
-def pod(name: str, address: str = "10.0.0.1", port: int = 8000, **labels: str) -> PodSpec:
-    return PodSpec(name=name, address=address, port=port, labels=labels)
+def pod(name: str, address: str = "10.0.0.1", port: int = 8000, node=None, node_labels=None, **labels) -> PodSpec:
+    return PodSpec(name=name, address=address, port=port, labels=labels, node=node, node_labels=node_labels or {})
 
 
-def plan(current: dict[str, tuple[PodSpec, str]], wanted: list[PodSpec], remove_missing=True, max_pods=2, local=None):
+def plan(
+    current, wanted: list[PodSpec], remove_missing=True, max_pods=2, local=None, nodes=None, scope="node"
+):  # fmt: skip
+    nodes = nodes or RayNodes(by_ip=NODES, labels={n: {} for n in NODES.values()})
     return plan_pod_set(
-        current, by_name(wanted), remove_missing=remove_missing, node_ids=NODES, local_node_id=local, max_pods=max_pods
+        current,
+        by_name(wanted),
+        remove_missing=remove_missing,
+        nodes=nodes,
+        local_node_id=local,
+        max_pods=max_pods,
+        scope=scope,
     )
 
 
@@ -93,3 +111,46 @@ def test_removed_pods_still_take_room_while_the_new_ones_are_placed():
 def test_pods_are_placed_in_the_order_given():
     change = plan({}, [pod("z"), pod("y"), pod("x")], max_pods=1)
     assert list(change.placed.items()) == [("z", "10.0.0.1"), ("y", "10.0.0.1#2"), ("x", "10.0.0.1#3")]
+
+
+def test_a_pod_assigned_to_a_node_by_id_or_labels():
+    assert assigned_node(pod("p", "127.0.0.1", node=B), ONE_MACHINE) == B
+    assert assigned_node(pod("p", node_labels={"gpu": "l4"}), ONE_MACHINE) == B
+    # several nodes carry the labels: the first by id
+    assert assigned_node(pod("p", node_labels={"epp/host": "h1"}), ONE_MACHINE) == B
+    # a node that is not alive, labels no node carries, no assignment
+    assert assigned_node(pod("p", node="d" * 56), ONE_MACHINE) is None
+    assert assigned_node(pod("p", node_labels={"gpu": "h100"}), ONE_MACHINE) is None
+    assert assigned_node(pod("p"), ONE_MACHINE) is None
+
+
+def test_a_pods_node_and_group_fall_back_to_its_address():
+    # assigned: that node, whatever the address
+    assert pod_node(pod("p", "127.0.0.1", node=A), ONE_MACHINE, C) == A
+    assert pod_group(pod("p", "127.0.0.1", node=A), ONE_MACHINE, C) == f"node:{A}"
+    # loopback, not assigned: the datastore's node, not whichever node by_ip names for 127.0.0.1
+    assert pod_node(pod("p", "127.0.0.1"), ONE_MACHINE, A) == A
+    assert pod_node(pod("p", "127.0.0.1", node="d" * 56), ONE_MACHINE, A) == A  # its node is gone
+    nodes = RayNodes(by_ip=NODES, labels={})
+    assert pod_node(pod("p", "10.0.0.2"), nodes, None) == "node-b"
+    assert pod_node(pod("p", "192.168.7.7"), nodes, "node-a") is None
+    assert pod_group(pod("p", "192.168.7.7"), nodes, "node-a") == "any"
+
+
+def test_pods_assigned_to_the_nodes_of_one_machine_get_a_metrics_actor_each():
+    wanted = [pod("p0", "127.0.0.1", node=A), pod("p1", "127.0.0.1", node=B), pod("p2", "127.0.0.1", node=A)]
+    wanted.append(pod("p3", "127.0.0.1"))
+    change = plan({}, wanted, nodes=ONE_MACHINE, local=C)
+    assert change.placed == {"p0": f"node:{A}", "p1": f"node:{B}", "p2": f"node:{A}", "p3": "127.0.0.1"}
+
+
+def test_scope_pod_gives_every_pod_its_own_group():
+    change = plan({}, [pod("a"), pod("b"), pod("c", "10.0.0.2")], scope="pod", max_pods=16)
+    assert change.placed == {"a": "pod:a", "b": "pod:b", "c": "pod:c"}
+    change = plan({"a": (pod("a"), "pod:a")}, [pod("a"), pod("b")], scope="pod")
+    assert change.added == ["b"] and change.touched == {"pod:b"}
+
+
+def test_the_node_field_is_a_ray_node_id():
+    with pytest.raises(ValueError, match="node"):
+        pod("p", node="worker-1")

@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EPP = str(Path(sys.executable).parent / "epp")
 
 
-def start_up(port: int, *extra: str) -> tuple[subprocess.Popen, str]:
-    """`epp up` in its own session; returns it with the URL it printed once up."""
+def start_up(port: int, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """`epp up` in its own session (environment `env`, else ours); returns it with the URL it
+    printed once up."""
     proc = subprocess.Popen(
         [EPP, "up", "--port", str(port), "--sim-pods", "2", *extra],
         cwd=ROOT,
@@ -35,6 +36,7 @@ def start_up(port: int, *extra: str) -> tuple[subprocess.Popen, str]:
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
+        env=env,
     )
     try:
         deadline = time.monotonic() + 240
