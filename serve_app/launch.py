@@ -80,6 +80,8 @@ class LaunchSpec(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, gt=0, lt=65536)
     replicas: int = Field(default=1, ge=1)
+    # Actors per scheduling profile (ActorOptions.profile_shards).
+    profile_shards: int = Field(default=1, ge=1, le=64)
     proxy_port: int | None = None
     app_name: str = "epp"
 
@@ -148,19 +150,21 @@ class EppDeployment:
     def _deploy(self, spec: LaunchSpec, cfg: Any, gw_settings: Any) -> None:
         from ray import serve
 
-        from actors.launcher import start_epp_actors
+        from actors.launcher import ActorOptions, start_epp_actors
         from actors.metrics_hub import get_or_create_hub
         from scheduler import dump_config
         from serve_app.gateway import Gateway
 
-        self.actors = start_epp_actors(dump_config(cfg), self.pods)
+        self.actors = start_epp_actors(
+            dump_config(cfg), self.pods, options=ActorOptions(profile_shards=spec.profile_shards)
+        )
         self.hub = get_or_create_hub()
         serve.start(http_options={"host": spec.host, "port": spec.serve_proxy_port})
         gateway = Gateway.options(num_replicas=spec.replicas).bind(
             dump_config(cfg),
             gw_settings.model_dump(),
             self.actors.datastore,
-            self.actors.profiles,
+            self.actors.shards,
             self.hub,
             {"host": spec.host, "port": spec.port},
         )
