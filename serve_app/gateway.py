@@ -101,7 +101,7 @@ class GatewayCore:
         # Detectors that keep a ledger live in this process: this replica tells them its own traffic.
         self._local_hooks = RequestHooks(self.detectors)
         self.runner = RayProfileRunner(profile_actors, s.shard_key_tokens, s.shard_session_header)
-        self.view = EndpointView(datastore)
+        self.view = EndpointView(datastore, min_interval_s=s.snapshot_min_interval_s)
         self.forwarder = Forwarder(s.connect_timeout_s, s.upstream_timeout_s, s.first_byte_timeout_s)
         self._in_flight = 0  # requests of the OpenAI routes and /v1/pick this replica is serving
         self._debug_token = s.debug_token.encode() if s.debug_token else None

@@ -63,6 +63,10 @@ class GatewaySettings(BaseModel):
     # POST /v1/pick (the decision without forwarding, for use behind another proxy). Off by default:
     # it answers 404 like any unknown route. When on, it needs the api_key like the OpenAI routes.
     pick_api: bool = False
+    # The replica's view of the pool takes at most one datastore version per this interval (as
+    # the profile actors' snapshot_min_interval_s): with many pods the pool changes every few ms,
+    # and every replica's watch call costs the datastore (docs/SCALING.md). 0: every version.
+    snapshot_min_interval_s: float = Field(default=0.025, ge=0, le=1)
     # Profile shards (`profile_shards` at launch): a request goes to the shard picked by the hash of
     # its prompt's first `shard_key_tokens` tokens (x4 characters), so requests that can share a
     # cached prefix share a shard. Keep it at most the prefix index's block size (16 tokens by
