@@ -52,6 +52,7 @@ from actors.placement import RayNodes
 from actors.pod_source import RUNTIME, STATIC, PodConflict, PodSource, build_pod_source
 from actors.pod_state import PodRecord, PodState
 from actors.scrape_report import ScrapeReport
+from actors.snapshot_delta import DeltaLog
 from scheduler import Endpoint, Metrics
 
 log = logging.getLogger("ray_epp.actors.datastore")
@@ -73,6 +74,7 @@ class DatastoreActor:
         self._name = name or self._options.datastore_name
         self._namespace = namespace or ray.get_runtime_context().namespace
         self._core = DatastoreCore(self._options)
+        self._deltas = DeltaLog(self._core.version)  # readers from an earlier incarnation get the full pool
         self._fleet = MetricsFleet(self._name, self._namespace, self._options)
         self._initial = [as_pod(p) for p in pods or []]
         self._restarted = ray.get_runtime_context().was_current_actor_reconstructed
@@ -293,6 +295,13 @@ class DatastoreActor:
         """Like snapshot(), but waits until the version is newer than `since_version` (or timeout_s)."""
         await self._readable()
         return await self._core.watch(since_version, timeout_s)
+
+    async def watch_delta(self, since_version: int, timeout_s: float) -> bytes:
+        """Like watch(), but answers a pickled `SnapshotDelta` from `since_version`: only what
+        changed, pickled once for every reader at that version (actors/snapshot_delta.py)."""
+        await self._readable()
+        version, endpoints = await self._core.watch(since_version, timeout_s)
+        return self._deltas.packed(since_version, version, endpoints)
 
     async def status(self) -> list[dict[str, Any]]:
         """Every pod: state (ready / stale / unhealthy / starting), failures, age of its last report,

@@ -1,5 +1,6 @@
 """Start and stop the EPP actors: the datastore (with its metrics actors, one per Ray node's pods)
-and one profile actor per scheduling profile of the config. Also reads a pods file."""
+and one profile actor per scheduling profile of the config (or `profile_shards` of them). Also
+reads a pods file."""
 
 from __future__ import annotations
 
@@ -36,18 +37,31 @@ __all__ = [
 ]
 
 
-def profile_actor_name(datastore_name: str, profile: str) -> str:
-    return f"{datastore_name}:profile:{profile}"
+def profile_actor_name(datastore_name: str, profile: str, shard: int = 0) -> str:
+    """Shard 0 keeps the unsharded name, so one shard is exactly the actor of old."""
+    base = f"{datastore_name}:profile:{profile}"
+    return base if shard == 0 else f"{base}:shard:{shard}"
 
 
 @dataclass
 class EppActors:
+    """`profiles`: each profile's first shard (its only actor unless `profile_shards` > 1);
+    `shards`: every shard's actor, per profile (what a gateway needs)."""
+
     datastore: Any
     profiles: dict[str, Any]
     datastore_name: str
     config: EndpointPickerConfig
     namespace: str | None = None
     options: ActorOptions = field(default_factory=ActorOptions)
+    shards: dict[str, list[Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.shards:
+            self.shards = {name: [actor] for name, actor in self.profiles.items()}
+
+    def all_profile_actors(self) -> list[Any]:
+        return [actor for actors in self.shards.values() for actor in actors]
 
 
 def start_epp_actors(
@@ -88,30 +102,79 @@ def start_epp_actors(
 
     dumped = dump_config(cfg)
     digest = config_digest(dumped)
-    profiles: dict[str, Any] = {}
+    shards: dict[str, list[Any]] = {}
     for spec in cfg.scheduling_profiles:
-        name = profile_actor_name(opts.datastore_name, spec.name)
-        actor_options = {
-            "name": name,
-            "namespace": ns,
-            "lifetime": lifetime,
-            "max_restarts": -1,
-            "max_task_retries": opts.profile_max_task_retries,
-            "num_cpus": opts.profile_num_cpus,
-        }
-        if opts.profile_node_labels:
-            actor_options["scheduling_strategy"] = prefer_labels(opts.profile_node_labels)
-            actor_options["num_cpus"] = placed_cpus(opts.profile_num_cpus, actor_options["scheduling_strategy"])
-        args = (dumped, spec.name, opts.datastore_name, ns, opts.model_dump())
-        actor = ProfileActor.options(get_if_exists=True, **actor_options).remote(*args)
-        if ray.get(actor.info.remote(), timeout=_left(deadline))["config_digest"] != digest:
-            ray.kill(actor, no_restart=True)  # an actor of this name runs another config: replace it
-            actor = _create_when_name_free(actor_options, args, deadline)
-        profiles[spec.name] = actor
+        shards[spec.name] = [
+            _profile_actor(profile_actor_name(opts.datastore_name, spec.name, i), ns, lifetime, opts, dumped, spec.name)
+            for i in range(opts.profile_shards)
+        ]
+    _check_digests(shards, digest, ns, lifetime, opts, dumped, deadline)
+    _kill_extra_shards(cfg, opts, ns)  # an earlier launch with more shards leaves no stray ones
 
+    everyone = [a for actors in shards.values() for a in actors]
     version = ray.get(datastore.wait_settled.remote(max(0.0, min(10.0, _left(deadline) - 1.0))))
-    ray.get([a.ready.remote(version) for a in profiles.values()], timeout=_left(deadline))
-    return EppActors(datastore, profiles, opts.datastore_name, cfg, ns, opts)
+    ray.get([a.ready.remote(version) for a in everyone], timeout=_left(deadline))
+    profiles = {name: actors[0] for name, actors in shards.items()}
+    return EppActors(datastore, profiles, opts.datastore_name, cfg, ns, opts, shards)
+
+
+def _profile_actor(
+    name: str, ns: str, lifetime: str | None, opts: ActorOptions, dumped: dict[str, Any], profile: str
+) -> Any:
+    return ProfileActor.options(get_if_exists=True, **_profile_actor_options(name, ns, lifetime, opts)).remote(
+        dumped, profile, opts.datastore_name, ns, opts.model_dump()
+    )
+
+
+def _profile_actor_options(name: str, ns: str, lifetime: str | None, opts: ActorOptions) -> dict[str, Any]:
+    strategy = prefer_labels(opts.profile_node_labels)
+    options: dict[str, Any] = {
+        "name": name,
+        "namespace": ns,
+        "lifetime": lifetime,
+        "max_restarts": -1,
+        "max_task_retries": opts.profile_max_task_retries,
+        "num_cpus": placed_cpus(opts.profile_num_cpus, strategy),
+    }
+    if strategy is not None:
+        options["scheduling_strategy"] = strategy
+    return options
+
+
+def _check_digests(
+    shards: dict[str, list[Any]],
+    digest: str,
+    ns: str,
+    lifetime: str | None,
+    opts: ActorOptions,
+    dumped: dict[str, Any],
+    deadline: float,
+) -> None:
+    """An actor of one of these names that runs another config is replaced."""
+    for profile, actors in shards.items():
+        infos = ray.get([a.info.remote() for a in actors], timeout=_left(deadline))
+        for i, info in enumerate(infos):
+            if info["config_digest"] != digest:
+                ray.kill(actors[i], no_restart=True)
+                options = _profile_actor_options(
+                    profile_actor_name(opts.datastore_name, profile, i), ns, lifetime, opts
+                )
+                args = (dumped, profile, opts.datastore_name, ns, opts.model_dump())
+                actors[i] = _create_when_name_free(options, args, deadline)
+
+
+def _kill_extra_shards(cfg: EndpointPickerConfig, opts: ActorOptions, ns: str) -> None:
+    """Shards past `profile_shards` left by an earlier launch (detached actors outlive it) would
+    keep watching the datastore: end them."""
+    for spec in cfg.scheduling_profiles:
+        i = opts.profile_shards
+        while True:
+            try:
+                actor = ray.get_actor(profile_actor_name(opts.datastore_name, spec.name, i), namespace=ns)
+            except ValueError:
+                break
+            ray.kill(actor, no_restart=True)
+            i += 1
 
 
 def _create_when_name_free(actor_options: dict[str, Any], args: tuple, deadline: float) -> Any:
@@ -133,7 +196,7 @@ def _left(deadline: float) -> float:
 
 def stop_epp_actors(actors: EppActors) -> None:
     """Kill the profile actors, the metrics actors and the datastore (no restarts)."""
-    for actor in actors.profiles.values():
+    for actor in actors.all_profile_actors():
         with contextlib.suppress(Exception):
             ray.kill(actor, no_restart=True)
     try:

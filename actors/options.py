@@ -96,6 +96,10 @@ class ActorOptions(BaseModel):
     # {}: where Ray likes.
     datastore_node_labels: dict[str, str] = Field(default_factory=dict)
     profile_node_labels: dict[str, str] = Field(default_factory=dict)
+    # Each scheduling profile runs as this many actors (shards); a gateway sends a request to one
+    # shard by a key that keeps prefix affinity (serve_app/shard_key.py). Each shard has its own
+    # prefix index and in-flight ledgers (docs/DESIGN.md, "Profile shards"). 1: one actor per profile.
+    profile_shards: int = Field(1, ge=1, le=64)
     # Modules to import in every profile actor before its config is built: custom plugins.
     plugin_modules: list[str] = Field(default_factory=list)
     # Profile actors also serve run_batch on 127.0.0.1 for gateway replicas on their node: a Ray

@@ -25,6 +25,7 @@ from actors.channel import ChannelServer
 from actors.metrics_hub import MetricsPusher, MetricsRecorder, get_or_create_hub
 from actors.options import as_options
 from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, as_served
+from actors.snapshot_delta import PoolCopy
 from scheduler import (
     Endpoint,
     ErrorCode,
@@ -78,6 +79,7 @@ class ProfileActor:
         self._datastore: Any = None
         self._version = 0
         self._endpoints: list[Endpoint] = []
+        self._pool = PoolCopy()
         self._snapshot_event = asyncio.Event()
         self._intervals: deque[tuple[float, float]] = deque(maxlen=512)
         self._calls = 0
@@ -102,9 +104,12 @@ class ProfileActor:
             try:
                 if self._datastore is None:
                     self._datastore = ray.get_actor(self._datastore_name, namespace=self._namespace)
-                version, endpoints = await self._datastore.watch.remote(self._version, opts.watch_timeout_s)
-                if version != self._version:
-                    self._version, self._endpoints = version, as_served(endpoints)
+                # Only what changed since the version held (actors/snapshot_delta.py).
+                packed = await self._datastore.watch_delta.remote(self._pool.version, opts.watch_timeout_s)
+                delta = self._pool.apply(packed)
+                if delta is not None:
+                    as_served(delta.endpoints)
+                    self._version, self._endpoints = self._pool.version, self._pool.endpoints
                     self._snapshot_event.set()
                     self._snapshot_event = asyncio.Event()
                     if opts.snapshot_min_interval_s:

@@ -44,15 +44,20 @@ async def sequential(url: str, body: bytes, n: int, warmup: int = 50) -> Latenci
     return Latencies(out)
 
 
-async def closed_loop(url: str, body: bytes, concurrency: int, seconds: float) -> tuple[float, int]:
-    """Requests per second with `concurrency` clients, each sending as soon as it has an answer."""
+async def closed_loop(url: str, body: bytes | list[bytes], concurrency: int, seconds: float) -> tuple[float, int]:
+    """Requests per second with `concurrency` clients, each sending as soon as it has an answer.
+    `body`: one body for every request, or a list the requests take in turn."""
     _check_local(url)
     done = errors = 0
     deadline = time.perf_counter() + seconds
+    bodies = [body] if isinstance(body, bytes) else body
+    turn = 0
 
     async def client(s: aiohttp.ClientSession) -> None:
-        nonlocal done, errors
+        nonlocal done, errors, turn
         while time.perf_counter() < deadline:
+            body = bodies[turn % len(bodies)]
+            turn += 1
             try:
                 async with s.post(url, data=body, headers={"content-type": "application/json"}) as r:
                     await r.read()

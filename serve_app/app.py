@@ -6,9 +6,10 @@
 Args: `config` (EndpointPickerConfig path, default configs/default.yaml), `pods` (pods file,
 required), `settings` (gateway settings YAML, optional), `replicas` (default 1), `host` and `port`
 (the address every replica serves itself, default 127.0.0.1:8000; `port: none` leaves only Serve's
-proxy), `detached` (default true: the actors outlive the process that built the app, as `serve
-deploy` needs). Set RAY_SERVE_ENABLE_DIRECT_INGRESS=0 in the cluster's environment when
-RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (its direct ingress would take the same port)."""
+proxy), `profile_shards` (actors per scheduling profile, default 1), `detached` (default true: the
+actors outlive the process that built the app, as `serve deploy` needs). Set
+RAY_SERVE_ENABLE_DIRECT_INGRESS=0 in the cluster's environment when RAY_SERVE_THROUGHPUT_OPTIMIZED=1
+(its direct ingress would take the same port)."""
 
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ def build_app(args: dict[str, Any]) -> Application:
     cfg = load_config_file(args.get("config") or DEFAULT_CONFIG)
     settings = load_settings_file(args["settings"]) if args.get("settings") else GatewaySettings()
     detached = str(args.get("detached", "true")).lower() in ("1", "true", "yes")
-    actors = start_epp_actors(dump_config(cfg), load_pods_file(args["pods"]), options=ActorOptions(detached=detached))
+    options = ActorOptions(detached=detached, profile_shards=int(args.get("profile_shards", 1)))
+    actors = start_epp_actors(dump_config(cfg), load_pods_file(args["pods"]), options=options)
     port = str(args.get("port", 8000)).lower()
     ingress = None if port in ("none", "0", "") else {"host": args.get("host") or "127.0.0.1", "port": int(port)}
     return Gateway.options(num_replicas=int(args.get("replicas", 1))).bind(
-        dump_config(cfg), settings.model_dump(), actors.datastore, actors.profiles, get_or_create_hub(), ingress
+        dump_config(cfg), settings.model_dump(), actors.datastore, actors.shards, get_or_create_hub(), ingress
     )

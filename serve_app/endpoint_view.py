@@ -1,7 +1,8 @@
 """The gateway replica's view of the pool, kept fresh by long-polling the datastore.
 
 It serves admission (saturation), /ready, /v1/models and address look-ups without a per-request
-call to the datastore."""
+call to the datastore. It follows snapshot deltas (actors/snapshot_delta.py): only what changed
+since the version it holds; `deltas=False` takes the full pool each time (benchmarks compare)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,26 @@ import time
 from typing import Any
 
 from actors.protocol import as_served
+from actors.snapshot_delta import PoolCopy
 from scheduler import Endpoint
 
 log = logging.getLogger("ray_epp.gateway")
 
 
 class EndpointView:
-    def __init__(self, datastore: Any, watch_timeout_s: float = 5.0, models_every_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        datastore: Any,
+        watch_timeout_s: float = 5.0,
+        models_every_s: float = 5.0,
+        deltas: bool = True,
+        min_interval_s: float = 0.0,
+    ) -> None:
+        """`min_interval_s`: after taking a version, wait this long before asking for the next
+        (bounds a replica's watch calls when the pool changes every few ms: docs/SCALING.md)."""
         self._datastore = datastore
+        self._min_interval_s = min_interval_s
+        self._pool = PoolCopy() if deltas else None
         self._watch_timeout_s = watch_timeout_s
         self._models_every_s = models_every_s
         self.version = 0
@@ -48,23 +61,40 @@ class EndpointView:
     async def _loop(self) -> None:
         while True:
             try:
-                version, endpoints = await self._datastore.watch.remote(self.version, self._watch_timeout_s)
-                if version != self.version:
-                    self.version = version
-                    self.endpoints = endpoints = as_served(endpoints)
-                    self.by_name = {ep.name: ep for ep in endpoints}
-                    self.adapters = {
-                        m for ep in endpoints for m in (*ep.metrics.active_models, *ep.metrics.waiting_models)
-                    }
+                if self._pool is not None:
+                    changed = await self._follow_delta()
+                else:
+                    version, endpoints = await self._datastore.watch.remote(self.version, self._watch_timeout_s)
+                    changed = version != self.version
+                    if changed:
+                        self._adopt(version, as_served(endpoints), None)
                 if time.monotonic() - self._models_at > self._models_every_s or not self.models:
                     self.models = set(await self._datastore.models.remote())
                     self._models_at = time.monotonic()
                 self._first.set()
+                if changed and self._min_interval_s:
+                    await asyncio.sleep(self._min_interval_s)
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # datastore restarting: keep the last view, try again shortly
                 log.warning("endpoint view: datastore watch failed: %s", err)
                 await asyncio.sleep(0.2)
+
+    async def _follow_delta(self) -> bool:
+        pool = self._pool
+        packed = await self._datastore.watch_delta.remote(pool.version, self._watch_timeout_s)
+        delta = pool.apply(packed)
+        if delta is None:
+            return False
+        as_served(delta.endpoints)  # only the new objects: the others were served already
+        self._adopt(pool.version, pool.endpoints, pool.by_name)
+        return True
+
+    def _adopt(self, version: int, endpoints: list[Endpoint], by_name: dict[str, Endpoint] | None) -> None:
+        self.version = version
+        self.endpoints = endpoints
+        self.by_name = by_name if by_name is not None else {ep.name: ep for ep in endpoints}
+        self.adapters = {m for ep in endpoints for m in (*ep.metrics.active_models, *ep.metrics.waiting_models)}
 
     async def stop(self) -> None:
         if self._task is not None:

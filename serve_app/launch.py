@@ -97,6 +97,8 @@ class LaunchSpec(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, gt=0, lt=65536)
     replicas: int = Field(default=1, ge=1)
+    # Actors per scheduling profile (ActorOptions.profile_shards).
+    profile_shards: int = Field(default=1, ge=1, le=64)
     proxy_port: int | None = None
     # ActorOptions fields (actors/options.py), e.g. {"metrics_actor_scope": "pod"}
     actor_options: dict | None = None
@@ -173,11 +175,12 @@ class EppDeployment:
         from scheduler import dump_config
         from serve_app.gateway import Gateway
 
+        options = {**(spec.actor_options or {}), "profile_shards": spec.profile_shards}
         if spec.watch_pods:
             source = {"kind": "file", "path": str(Path(spec.pods_path or "").resolve())}
-            self.actors = start_epp_actors(dump_config(cfg), [], options=spec.actor_options, pod_sources=[source])
+            self.actors = start_epp_actors(dump_config(cfg), [], options=options, pod_sources=[source])
         else:
-            self.actors = start_epp_actors(dump_config(cfg), self.pods, options=spec.actor_options)
+            self.actors = start_epp_actors(dump_config(cfg), self.pods, options=options)
         self.hub = get_or_create_hub()
         serve.start(http_options={"host": spec.host, "port": spec.serve_proxy_port})
         # a little CPU, so that Serve's spreading of the replicas over the nodes is not ignored
@@ -186,7 +189,7 @@ class EppDeployment:
             dump_config(cfg),
             gw_settings.model_dump(),
             self.actors.datastore,
-            self.actors.profiles,
+            self.actors.shards,
             self.hub,
             {"host": spec.host, "port": spec.port},
         )

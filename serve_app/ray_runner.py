@@ -1,5 +1,8 @@
 """The ProfileRunner of the Ray path: the profiles of one round run at the same time, each in its
-profile actor, with concurrent requests coalesced into one call per actor."""
+profile actor, with concurrent requests coalesced into one call per actor.
+
+A profile may run as several shards (`profile_shards`): a request's calls and events all go to
+the shard its key picks (serve_app/shard_key.py), the same shard index in every profile."""
 
 from __future__ import annotations
 
@@ -10,20 +13,34 @@ from actors.channel import ChannelClient, Unsendable
 from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, for_scheduling
 from scheduler import CycleState, Endpoint, ErrorCode, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
 from scheduler.cycle_state import profile_error_key
+from scheduler.plugins.support.prefix.hashing import DEFAULT_BLOCK_SIZE_TOKENS
 from scheduler.trace import SchedulingTrace
 from serve_app.batcher import ActorBatcher
+from serve_app.shard_key import ShardKey
 
 
 class RayProfileRunner:
     concurrent = True  # the profiles of a round run at the same time (the loop tells the handler)
 
-    def __init__(self, profile_actors: dict[str, Any]) -> None:
-        self.actors = profile_actors
+    def __init__(
+        self,
+        profile_actors: dict[str, Any],
+        shard_key_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS,
+        shard_session_header: str | None = None,
+    ) -> None:
+        """`profile_actors`: profile name -> its actor handle, or the list of its shards' handles
+        (every profile the same number). The shard key: see serve_app/shard_key.py."""
+        shards = {n: list(h) if isinstance(h, list | tuple) else [h] for n, h in profile_actors.items()}
+        counts = {len(hs) for hs in shards.values()}
+        if len(counts) > 1 or 0 in counts:
+            raise ValueError(f"every profile needs the same number of shards, at least 1 (got {sorted(counts)})")
+        self.shard_key = ShardKey(counts.pop() if counts else 1, shard_key_tokens, shard_session_header)
+        self.actors = {n: hs[0] for n, hs in shards.items()}
         # One batcher per actor carries both the calls and the events (decisions, completions), so
         # a request costs one actor round trip, not three.
-        self._links = {n: ActorLink(h) for n, h in profile_actors.items()}
         self._batchers = {
-            n: ActorBatcher(link.run_batch, split_on=item_may_be_at_fault) for n, link in self._links.items()
+            n: [ActorBatcher(ActorLink(h).run_batch, split_on=item_may_be_at_fault) for h in hs]
+            for n, hs in shards.items()
         }
 
     async def __call__(
@@ -37,10 +54,11 @@ class RayProfileRunner:
         # `endpoints` None (the gateway): each actor runs on its datastore snapshot; a list (a caller
         # that knows its pool, e.g. a Serve request router or a benchmark) travels with the call.
         call = ProfileCall(for_scheduling(request), cycle_state, trace is not None, endpoints)
+        shard = self.shard_key.shard_of(request)
         if len(names) == 1:
-            outcomes = [await self._run_one(names[0], call)]
+            outcomes = [await self._run_one(names[0], call, shard)]
         else:  # the profiles of one round run at the same time, each in its own actor
-            outcomes = await asyncio.gather(*(self._run_one(n, call) for n in names))
+            outcomes = await asyncio.gather(*(self._run_one(n, call, shard) for n in names))
         results: dict[str, ProfileRunResult | None] = {}
         for name, outcome in zip(names, outcomes, strict=True):
             if outcome.error is not None:
@@ -50,29 +68,30 @@ class RayProfileRunner:
             results[name] = outcome.result
         return results
 
-    async def _run_one(self, name: str, call: ProfileCall) -> ProfileOutcome:
+    async def _run_one(self, name: str, call: ProfileCall, shard: int = 0) -> ProfileOutcome:
         try:
-            return await self._batchers[name].call(call)
+            return await self._batchers[name][shard].call(call)
         except Exception as err:  # a dead or restarting profile actor fails this profile, not the gateway
-            error = SchedulingError(ErrorCode.SERVICE_UNAVAILABLE, f"profile actor {name!r} unavailable: {err}")
+            which = name if self.shard_key.shards == 1 else f"{name} (shard {shard})"
+            error = SchedulingError(ErrorCode.SERVICE_UNAVAILABLE, f"profile actor {which!r} unavailable: {err}")
             return ProfileOutcome(None, error, None, 0, 0.0, 0.0)
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
-        """Every profile actor learns the decision (its stateful plugins, e.g. the prefix index)."""
-        event = ProfileEvent("pre_request", for_scheduling(request), result=result)
-        for batcher in self._batchers.values():
-            batcher.notify(event)
+        """Every profile's actor (of the request's shard) learns the decision (its stateful
+        plugins, e.g. the prefix index)."""
+        self._notify(request, ProfileEvent("pre_request", for_scheduling(request), result=result))
 
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         """Plugins that track prefill work in flight learn this request's first token arrived."""
-        event = ProfileEvent("first_token", request.without_body(), endpoint_name=endpoint_name)
-        for batcher in self._batchers.values():
-            batcher.notify(event)
+        self._notify(request, ProfileEvent("first_token", request.without_body(), endpoint_name=endpoint_name))
 
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
-        event = ProfileEvent("response_complete", request.without_body(), endpoint_name=endpoint_name)
-        for batcher in self._batchers.values():
-            batcher.notify(event)
+        self._notify(request, ProfileEvent("response_complete", request.without_body(), endpoint_name=endpoint_name))
+
+    def _notify(self, request: LLMRequest, event: ProfileEvent) -> None:
+        shard = self.shard_key.shard_of(request)  # memoised on the request: the deciding shard
+        for batchers in self._batchers.values():
+            batchers[shard].notify(event)
 
 
 def item_may_be_at_fault(err: BaseException) -> bool:

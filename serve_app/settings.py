@@ -67,6 +67,18 @@ class GatewaySettings(BaseModel):
     # POST /v1/pick (the decision without forwarding, for use behind another proxy). Off by default:
     # it answers 404 like any unknown route. When on, it needs the api_key like the OpenAI routes.
     pick_api: bool = False
+    # The replica's view of the pool takes at most one datastore version per this interval (as
+    # the profile actors' snapshot_min_interval_s): with many pods the pool changes every few ms,
+    # and every replica's watch call costs the datastore (docs/SCALING.md). 0: every version.
+    snapshot_min_interval_s: float = Field(default=0.025, ge=0, le=1)
+    # Profile shards (`profile_shards` at launch): a request goes to the shard picked by the hash of
+    # its prompt's first `shard_key_tokens` tokens (x4 characters), so requests that can share a
+    # cached prefix share a shard. Keep it at most the prefix index's block size (16 tokens by
+    # default) for exact prefix affinity; more spreads a shared system prompt over the shards (each
+    # learns it on its own pods). With `shard_session_header` set, a request carrying that header
+    # is keyed by its value instead. docs/DESIGN.md, "Profile shards".
+    shard_key_tokens: int = Field(default=16, ge=1, le=65536)
+    shard_session_header: str | None = Field(default=None, min_length=1)
     # P/D hand-off. "orchestrated": the gateway runs the prefill step on the prefill pod, then sends
     # the request with the returned kv_transfer_params to the decode pod. "sidecar": the gateway
     # only sets x-prefiller-host-port and forwards to the decode pod (llm-d's routing sidecar).

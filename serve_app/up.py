@@ -38,6 +38,12 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
         help="gateway replicas (default 1), all serving --port; with 2 or more the port survives a replica's death",
     )
     p.add_argument(
+        "--profile-shards",
+        type=int,
+        default=1,
+        help="actors per scheduling profile (default 1); a request goes to one by its prompt's first block",
+    )
+    p.add_argument(
         "--proxy-port",
         type=int,
         default=None,
@@ -67,6 +73,7 @@ def run_up(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             replicas=args.replicas,
+            profile_shards=args.profile_shards,
             proxy_port=args.proxy_port,
             actor_options={"metrics_actor_scope": args.metrics_actor_scope},
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.snapshot_delta import DeltaLog
 from scheduler import Endpoint, LLMRequest
 from serve_app.gateway import GatewayCore
 
@@ -27,15 +28,17 @@ class SlowDatastore:
 
     def __init__(self, delay: float) -> None:
         self.delay = delay
-        self.watch = _Remote(self._watch)
+        self.watch_delta = _Remote(self._watch_delta)
         self.models = _Remote(self._models)
+        self._log = DeltaLog(1)
+        self._pool = [Endpoint(name="pod-a", address="127.0.0.1", port=1)]
 
-    async def _watch(self, version: int, timeout: float):
+    async def _watch_delta(self, version: int, timeout: float):
         if version == 0:
             await asyncio.sleep(self.delay)
-            return 1, [Endpoint(name="pod-a", address="127.0.0.1", port=1)]
-        await asyncio.sleep(timeout)
-        return version, []
+        else:
+            await asyncio.sleep(timeout)
+        return self._log.packed(version, 1, self._pool)
 
     async def _models(self):
         return ["m"]
