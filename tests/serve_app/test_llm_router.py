@@ -232,7 +232,7 @@ def test_scheduler_failure_falls_back_and_is_counted(ray_session, llm_app):
 def test_killed_replica_is_dropped_and_its_requests_fail_clearly(llm_app):
     """Last in the module: it kills a replica (Serve starts another)."""
     _, llm, ranks = llm_app
-    slow = {**chat(unique_prompt()), "max_tokens": 3000}  # ~3 s of decode
+    slow = {**chat(unique_prompt()), "max_tokens": 500}  # ~3 s of simulated decode
     pending = [llm.chat.remote(dict(slow, messages=[{"role": "user", "content": unique_prompt()}])) for _ in range(6)]
     time.sleep(0.5)
     victim_name = next(r for r, rank in ranks.items() if rank != 0)
