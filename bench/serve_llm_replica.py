@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 import aiohttp
+from pydantic import BaseModel, ConfigDict
 from ray import serve
 
 from serve_app.llm_stats import EngineStatsMixin, engine_routing_stats
@@ -26,6 +27,30 @@ from simulator import DEFAULT_MODEL, PodConfig, SimPod
 
 METRICS_URL_KEY = "epp.metrics_url"
 MAX_LORAS = 4  # LoRA slots on the engine and adapters a replica keeps loaded (Serve's multiplex LRU)
+
+
+class CompletionRequest(BaseModel):
+    """vLLM's CompletionRequest where routers read it (attributes, not dict keys: ray.llm's
+    PrefixCacheAffinityRouter reads `.prompt` / `.messages`); other fields ride along."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = DEFAULT_MODEL
+    prompt: str | list[int] = ""
+    max_tokens: int | None = None
+
+
+class ChatCompletionRequest(BaseModel):
+    """vLLM's ChatCompletionRequest where routers read it."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = DEFAULT_MODEL
+    messages: list[dict[str, Any]] = []
+    max_tokens: int | None = None
+
+
+def request_model(body: dict[str, Any]) -> CompletionRequest | ChatCompletionRequest:
+    """An OpenAI body as the pydantic request LLMServer's handle methods take."""
+    return (ChatCompletionRequest if "messages" in body else CompletionRequest).model_validate(body)
 
 
 def body_of(request: Any) -> dict[str, Any]:
@@ -136,4 +161,4 @@ class FakeLLMServer(EngineStatsMixin):
         await self.pod.stop()
 
 
-__all__ = ["DEFAULT_MODEL", "METRICS_URL_KEY", "FakeLLMServer"]
+__all__ = ["METRICS_URL_KEY", "ChatCompletionRequest", "CompletionRequest", "FakeLLMServer", "request_model"]

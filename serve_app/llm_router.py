@@ -33,7 +33,7 @@ import importlib
 import logging
 import time
 import weakref
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,8 @@ REPLICA_LABEL = "ray.io/serve-replica-id"
 # Serve's handles reach a replica by actor, not by address; an Endpoint needs one all the same.
 UNKNOWN_ADDRESS, UNKNOWN_PORT = "127.0.0.1", 8000
 MAX_REMEMBERED = 20_000  # decisions kept for on_request_routed / completions not yet seen
+TIMING_SAMPLES = 10_000  # choose_replicas durations kept per router, for its percentiles
+RECENT_DECISIONS = 1_000  # routed requests kept per router, for `recent_decisions()`
 
 
 def read_config(config: str | dict[str, Any] | EndpointPickerConfig | None) -> EndpointPickerConfig:
@@ -104,6 +106,8 @@ class RouterCounters:
     routed_not_first: int = 0  # Serve sent it past the scheduler's first target (back-pressure)
     completed: int = 0  # completions sent to the profile actors
     schedule_s: float = 0.0  # total time in choose_replicas' scheduling
+    choose_s: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_SAMPLES))  # per call
+    recent: deque[RoutedRequest] = field(default_factory=lambda: deque(maxlen=RECENT_DECISIONS))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -117,6 +121,18 @@ class RouterCounters:
         }
 
 
+@dataclass(slots=True, frozen=True)
+class RoutedRequest:
+    """One request as Serve carried it out: where it went and who chose ("scheduled": the scheduler's
+    first target; "moved": a later target, back-pressure refused the first; "fallback": Serve's)."""
+
+    request_id: str
+    model: str
+    replica: str
+    how: str
+    at: float
+
+
 def _registry() -> list[weakref.ref[EPPRequestRouter]]:
     """This process's routers, kept in the imported module: Serve ships the router class with
     cloudpickle, whose copy of these functions has globals of its own (and whose class state
@@ -127,17 +143,29 @@ def _registry() -> list[weakref.ref[EPPRequestRouter]]:
 def router_stats() -> dict[str, Any]:
     """The summed counters of every EPPRequestRouter in this process (e.g. an ingress replica's)."""
     total: dict[str, Any] = {"routers": 0, "fallbacks": Counter()}
-    for ref in list(_registry()):
-        router = ref()
-        if router is None:
-            continue
+    for router in _routers():
         total["routers"] += 1
         counts = router.counters.as_dict()
         total["fallbacks"].update(counts.pop("fallbacks"))
         for key, value in counts.items():
             total[key] = total.get(key, 0) + value
     total["fallbacks"] = dict(total["fallbacks"])
+    samples = sorted(s for router in _routers() for s in router.counters.choose_s)
+    total["choose_ms"] = {"n": len(samples)} | {
+        f"p{q}": 1e3 * samples[min(len(samples) - 1, len(samples) * q // 100)] if samples else None
+        for q in (50, 90, 99)
+    }
     return total
+
+
+def recent_decisions(limit: int = 100) -> list[RoutedRequest]:
+    """The last `limit` requests this process's routers sent, oldest first."""
+    merged = sorted((d for router in _routers() for d in router.counters.recent), key=lambda d: d.at)
+    return merged[-limit:]
+
+
+def _routers() -> list[EPPRequestRouter]:
+    return [r for ref in list(_registry()) if (r := ref()) is not None]
 
 
 class _CallerEndpointsRunner(RayProfileRunner):
@@ -284,7 +312,9 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                 log.debug("EPPRequestRouter: could not read request for its hooks", exc_info=True)
             return await PowerOfTwoChoicesRequestRouter.choose_replicas(self, candidate_replicas, pending_request)
         finally:
-            self.counters.schedule_s += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self.counters.schedule_s += elapsed
+            self.counters.choose_s.append(elapsed)
         self.counters.scheduled += 1
         # Serve tries the ranks in order and sends to the first replica that accepts; when every
         # replica is full it backs off and asks again (the scheduler then sees fresher state).
@@ -350,10 +380,12 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         request, result = decision or (request_of(pending_request, self._deployment_id.name), None)
         self.counters.routed += 1
         first = result.primary.target_endpoints[0].name if result is not None else None
-        if result is None or first != replica_name:
+        how = "fallback" if result is None else "scheduled" if first == replica_name else "moved"
+        if how != "scheduled":
             if result is not None:
                 self.counters.routed_not_first += 1
             result = self._result_for(result, replica_name)
+        self.counters.recent.append(RoutedRequest(iid, request.target_model, replica_name, how, time.time()))
         self._routed[iid] = (request.without_body(), replica_name)
         while len(self._routed) > MAX_REMEMBERED:
             self._routed.popitem(last=False)
