@@ -22,10 +22,9 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict
 from ray import serve
 
-from serve_app.llm_stats import EngineStatsMixin, engine_routing_stats
+from serve_app.llm_stats import METRICS_URL_KEY, EngineStatsMixin, engine_routing_stats
 from simulator import DEFAULT_MODEL, PodConfig, SimPod
 
-METRICS_URL_KEY = "epp.metrics_url"
 MAX_LORAS = 4  # LoRA slots on the engine and adapters a replica keeps loaded (Serve's multiplex LRU)
 
 
@@ -64,13 +63,16 @@ class FakeLLMServer(EngineStatsMixin):
         pod: dict[str, Any] | None = None,
         overloaded_ranks: tuple[int, ...] | list[int] = (),
         time_scale: float = 1.0,
+        publish_stats: bool = True,
     ) -> None:
         """`pod`: simulator `PodConfig` fields (defaults: an 8B-class model on one H100);
-        `overloaded_ranks`: replicas whose published state says they are backed up."""
+        `overloaded_ranks`: replicas whose published state says they are backed up;
+        `publish_stats=False`: publish nothing (a router then sees the engine only by its /metrics)."""
         ctx = serve.get_replica_context()
         self.replica = ctx.replica_id.unique_id
         self.rank = ctx.rank.rank if hasattr(ctx.rank, "rank") else int(ctx.rank)
         self.overloaded = self.rank in set(overloaded_ranks)
+        self.publish_stats = publish_stats
         cfg = PodConfig.model_validate({"max_loras": MAX_LORAS, **(pod or {}), "name": f"replica-{self.rank}"})
         self.pod = SimPod(cfg, time_scale=time_scale, seed=self.rank)
         await self.pod.start()
@@ -93,6 +95,8 @@ class FakeLLMServer(EngineStatsMixin):
         return lora_id
 
     def engine_state(self) -> dict[str, Any]:
+        if not self.publish_stats:
+            return {}
         e = self.pod.engine
         waiting = len(e.waiting) + len(e.transferring)
         kv = e.kv.usage()

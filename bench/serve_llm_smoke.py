@@ -196,11 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     from serve_app.llm_router import recent_decisions, router_stats
 
     started = time.monotonic()
-    if args.address:
+    owns_ray = not ray.is_initialized()
+    if not owns_ray:
+        pass  # a caller's Ray (tests): leave it running
+    elif args.address:
         ray.init(address=args.address, log_to_driver=False)
+    elif args.fake:
+        from bench.serve_llm_routing import start_local_ray
+
+        start_local_ray()
     else:
-        ray.init(include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
-                 **({"num_cpus": 2} if args.fake else {}))  # fmt: skip
+        ray.init(include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     try:
         handle, lora = start_fake(args.replicas, args.config) if args.fake else start_real(args)
@@ -218,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         from serve_app.llm_router import ROUTER_NAMESPACE, read_config
 
         stop_router_profile_actors(read_config(args.config), namespace=ROUTER_NAMESPACE)
-        if not args.address:
+        if owns_ray and not args.address:
             serve.shutdown()
             ray.shutdown()
     print(f"done in {time.monotonic() - started:.0f} s")

@@ -34,9 +34,10 @@ import logging
 import time
 import weakref
 from collections import Counter, OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import ray
 from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
@@ -50,7 +51,9 @@ from ray.serve.request_router import (
 )
 
 from actors.launcher import start_router_profile_actors
+from actors.options import ActorOptions, PodSpec
 from actors.protocol import SCHEDULING_BODY_FIELDS, ProfileCall, for_scheduling
+from actors.scraper import PodScraper
 from scheduler import (
     CycleState,
     Endpoint,
@@ -65,7 +68,7 @@ from scheduler import (
 )
 from scheduler.cycle_state import profile_error_key
 from scheduler.trace import SchedulingTrace
-from serve_app.llm_stats import metrics_from_stats
+from serve_app.llm_stats import METRICS_URL_KEY, metrics_from_stats
 from serve_app.ray_runner import RayProfileRunner
 
 log = logging.getLogger("ray_epp.serve.llm_router")
@@ -189,6 +192,10 @@ class _CallerEndpointsRunner(RayProfileRunner):
         return results
 
 
+async def _ignore_report(*_: Any) -> None:
+    """The router reads its scrapers' last metrics itself; nothing to report anywhere."""
+
+
 class NoDecision(Exception):
     """The scheduler gave no usable target; `reason` is the fallback counter's key."""
 
@@ -212,11 +219,16 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         schedule_timeout_s: float = 2.0,
         startup_wait_s: float = 30.0,
         retry_startup_s: float = 5.0,
+        scrape_metrics: bool = True,
+        scrape: dict[str, Any] | None = None,
         **_: Any,
     ) -> None:
         """Called by Serve with `request_router_kwargs`. `config`: a path or YAML text (None: Ray
         EPP's default); `actor_options`: `ActorOptions` fields for the profile actors (e.g.
-        `plugin_modules` for custom plugins)."""
+        `plugin_modules` for custom plugins). `scrape_metrics`: scrape the engine's Prometheus page
+        of replicas that have an HTTP endpoint (Serve's direct ingress, or `epp.metrics_url` in
+        their metadata) with the engine presets, as the gateway's metrics actors do; `scrape`:
+        `ActorOptions` scrape fields (`refresh_interval_s`, `scrape_timeout_s`, `metrics_path`)."""
         self._cfg = read_config(config)
         built = build_plugins(self._cfg)  # the handler runs here; the profiles in the actors
         self._handler = built.handler
@@ -234,6 +246,9 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         # internal request id -> (request, result) awaiting on_request_routed; then -> (request, replica)
         self._decisions: OrderedDict[str, tuple[LLMRequest, SchedulingResult | None]] = OrderedDict()
         self._routed: OrderedDict[str, tuple[LLMRequest, str]] = OrderedDict()
+        self._scrape = scrape_metrics
+        self._scrape_options = ActorOptions(**{"refresh_interval_s": 0.1, **(scrape or {})})
+        self._scrapers: dict[str, PodScraper] = {}  # replica name -> its engine page's scraper
         self.counters = RouterCounters()
         registry = _registry()
         registry[:] = [r for r in registry if r() is not None] + [weakref.ref(self)]
@@ -267,6 +282,51 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             log.info("EPPRequestRouter: profile actors %s ready", sorted(actors))
         return self._runner
 
+    # --- scraping replicas that have an HTTP endpoint ------------------------------------------------
+
+    def metrics_url(self, replica: RunningReplica) -> str | None:
+        """Where the replica's engine metrics are: its metadata's `epp.metrics_url`, else its
+        direct-ingress HTTP endpoint + metrics_path; None when it has neither."""
+        url = replica.replica_metadata.get(METRICS_URL_KEY)
+        if isinstance(url, str) and url:
+            return url
+        host_port = replica.backend_http_endpoint
+        if host_port is None:
+            return None
+        host = f"[{host_port[0]}]" if ":" in host_port[0] else host_port[0]
+        return f"http://{host}:{host_port[1]}{self._scrape_options.metrics_path}"
+
+    def _sync_scrapers(self) -> None:
+        """One scraper per current replica with a metrics URL (on the router's loop)."""
+        current = {rid.unique_id: r for rid, r in self.curr_replicas.items()}
+        for name in [n for n in self._scrapers if n not in current]:
+            scraper = self._scrapers.pop(name)
+            asyncio.get_running_loop().create_task(scraper.stop())
+        for name, replica in current.items():
+            if name in self._scrapers or (url := self.metrics_url(replica)) is None:
+                continue
+            parts = urlsplit(url)
+            try:
+                spec = PodSpec(name=name, address=parts.hostname or "", port=parts.port or 80,
+                               labels={str(k): str(v) for k, v in replica.replica_metadata.items()})  # fmt: skip
+            except ValueError as err:
+                log.warning("EPPRequestRouter: replica %s has a bad metrics URL %r: %s", name, url, err)
+                self._scrapers[name] = None  # type: ignore[assignment]  # not tried again
+                continue
+            options = self._scrape_options.model_copy(update={"metrics_path": parts.path or "/metrics"})
+            scraper = PodScraper(spec, options, _ignore_report)
+            scraper.start()
+            self._scrapers[name] = scraper
+
+    def scraped(self, name: str) -> Metrics | None:
+        """A replica's last scraped engine metrics, if fresh (within 10 scrape timeouts)."""
+        scraper = self._scrapers.get(name)
+        if scraper is None or scraper.last_metrics is None or scraper.last_success is None:
+            return None
+        if time.monotonic() - scraper.last_success > 10 * self._scrape_options.scrape_timeout_s:
+            return None
+        return replace(scraper.last_metrics)
+
     # --- endpoints from replicas -----------------------------------------------------------------
 
     def endpoint_of(self, replica: RunningReplica) -> Endpoint:
@@ -278,9 +338,12 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         if replica.availability_zone:
             labels[ZONE_LABEL] = replica.availability_zone
         published = metrics_from_stats(replica.routing_stats)
+        scraped = self.scraped(rid.unique_id) if self._scrapers else None
         if published is not None:
             metrics, declared = published
             labels.update(declared)
+        elif scraped is not None:  # its engine's own /metrics page
+            metrics = scraped
         else:  # nothing published: Serve's own count of the replica's ongoing requests
             queue_len = self.replica_queue_len_cache.get(rid) or 0
             metrics = Metrics(waiting_queue_size=queue_len, running_requests_size=queue_len)
@@ -324,6 +387,8 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     async def _schedule(
         self, candidates: list[RunningReplica], pending_request: PendingRequest
     ) -> list[list[RunningReplica]]:
+        if self._scrape:
+            self._sync_scrapers()
         runner = await self._ensure_runner()
         by_name = {r.replica_id.unique_id: r for r in candidates}
         endpoints = [self.endpoint_of(r) for r in candidates]
