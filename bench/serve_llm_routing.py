@@ -298,9 +298,40 @@ def verdict(results: list[RunResult], overhead: list[RunResult]) -> list[str]:
     return out
 
 
-def start_local_ray(attempts: int = 3) -> None:
+def start_local_ray(attempts: int = 10) -> None:
     """A local Ray like the tests' (2 CPUs, 127.0.0.1); on a loaded machine its node may time out
-    starting, so try again."""
+    starting, so try again.
+
+    The raylet waits at most 15 s for the dashboard agent to write the ports it chose, then
+    aborts ("timed out during startup"); on a busy 2-core machine the agent's start alone takes
+    longer, and with another Ray here it also spends ~8 s retrying its default port 52365. Ports
+    given up front are not waited for, and `ray.init` cannot give them: so this does."""
+    import socket
+
+    import ray._private.parameter as parameter
+
+    ports = []
+    for _ in range(3):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    original = parameter.RayParams.__init__
+
+    def with_agent_port(self: Any, *args: Any, **kwargs: Any) -> None:
+        keys = ("dashboard_agent_listen_port", "metrics_agent_port", "metrics_export_port")
+        for key, port in zip(keys, ports, strict=True):
+            if kwargs.get(key) is None:
+                kwargs[key] = port
+        original(self, *args, **kwargs)
+
+    parameter.RayParams.__init__ = with_agent_port  # type: ignore[method-assign]
+    try:
+        _init_with_retries(attempts)
+    finally:
+        parameter.RayParams.__init__ = original  # type: ignore[method-assign]
+
+
+def _init_with_retries(attempts: int) -> None:
     for attempt in range(1, attempts + 1):
         try:
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")

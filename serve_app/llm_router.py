@@ -248,7 +248,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._routed: OrderedDict[str, tuple[LLMRequest, str]] = OrderedDict()
         self._scrape = scrape_metrics
         self._scrape_options = ActorOptions(**{"refresh_interval_s": 0.1, **(scrape or {})})
-        self._scrapers: dict[str, PodScraper] = {}  # replica name -> its engine page's scraper
+        self._scrapers: dict[str, PodScraper | None] = {}  # replica name -> its page's scraper (None: bad URL)
         self.counters = RouterCounters()
         registry = _registry()
         registry[:] = [r for r in registry if r() is not None] + [weakref.ref(self)]
@@ -296,12 +296,21 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         host = f"[{host_port[0]}]" if ":" in host_port[0] else host_port[0]
         return f"http://{host}:{host_port[1]}{self._scrape_options.metrics_path}"
 
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        if getattr(self, "_scrapers", None):  # stop those of replicas that went away (all: app deleted)
+            self._on_loop(self._sync_scrapers)
+
     def _sync_scrapers(self) -> None:
-        """One scraper per current replica with a metrics URL (on the router's loop)."""
-        current = {rid.unique_id: r for rid, r in self.curr_replicas.items()}
+        """One scraper per current replica that has a metrics URL and publishes no engine state (on
+        the router's loop)."""
+        current = {
+            rid.unique_id: r for rid, r in self.curr_replicas.items() if metrics_from_stats(r.routing_stats) is None
+        }
         for name in [n for n in self._scrapers if n not in current]:
             scraper = self._scrapers.pop(name)
-            asyncio.get_running_loop().create_task(scraper.stop())
+            if scraper is not None:
+                asyncio.get_running_loop().create_task(scraper.stop())
         for name, replica in current.items():
             if name in self._scrapers or (url := self.metrics_url(replica)) is None:
                 continue
@@ -311,7 +320,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                                labels={str(k): str(v) for k, v in replica.replica_metadata.items()})  # fmt: skip
             except ValueError as err:
                 log.warning("EPPRequestRouter: replica %s has a bad metrics URL %r: %s", name, url, err)
-                self._scrapers[name] = None  # type: ignore[assignment]  # not tried again
+                self._scrapers[name] = None  # not tried again
                 continue
             options = self._scrape_options.model_copy(update={"metrics_path": parts.path or "/metrics"})
             scraper = PodScraper(spec, options, _ignore_report)
