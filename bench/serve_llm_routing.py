@@ -30,6 +30,7 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,8 +252,6 @@ async def run_one(
         )  # fmt: skip
     finally:
         await asyncio.to_thread(serve.delete, APP)
-        if router == "epp":
-            await asyncio.to_thread(stop_epp_actors, workload_name)
 
 
 def stop_epp_actors(workload_name: str) -> None:
@@ -299,8 +298,18 @@ def verdict(results: list[RunResult], overhead: list[RunResult]) -> list[str]:
 
 
 def start_local_ray(attempts: int = 10) -> None:
-    """A local Ray like the tests' (2 CPUs, 127.0.0.1); on a loaded machine its node may time out
-    starting, so try again.
+    """A local Ray like the tests' (2 CPUs, 127.0.0.1), started so that a busy machine does not
+    abort it (`give_agent_ports`), and tried again if it fails all the same."""
+    undo = give_agent_ports()
+    try:
+        _init_with_retries(attempts)
+    finally:
+        undo()
+
+
+def give_agent_ports() -> Callable[[], None]:
+    """Make this process's next Ray start give its dashboard agent free ports up front; returns
+    the undo.
 
     The raylet waits at most 15 s for the dashboard agent to write the ports it chose, then
     aborts ("timed out during startup"); on a busy 2-core machine the agent's start alone takes
@@ -317,18 +326,19 @@ def start_local_ray(attempts: int = 10) -> None:
             ports.append(sock.getsockname()[1])
     original = parameter.RayParams.__init__
 
-    def with_agent_port(self: Any, *args: Any, **kwargs: Any) -> None:
+    def with_agent_ports(self: Any, *args: Any, **kwargs: Any) -> None:
         keys = ("dashboard_agent_listen_port", "metrics_agent_port", "metrics_export_port")
         for key, port in zip(keys, ports, strict=True):
             if kwargs.get(key) is None:
                 kwargs[key] = port
         original(self, *args, **kwargs)
 
-    parameter.RayParams.__init__ = with_agent_port  # type: ignore[method-assign]
-    try:
-        _init_with_retries(attempts)
-    finally:
+    parameter.RayParams.__init__ = with_agent_ports  # type: ignore[method-assign]
+
+    def undo() -> None:
         parameter.RayParams.__init__ = original  # type: ignore[method-assign]
+
+    return undo
 
 
 def _init_with_retries(attempts: int) -> None:
@@ -356,6 +366,10 @@ async def run_all(args: argparse.Namespace, shape: Shape, routers: list[str]) ->
             result = await run_one(router, "shared-prefix", few, args.overhead_replicas, args.seed, args.warmup)
             print(json.dumps(asdict(result)), flush=True)
             overhead.append(result)
+    # Only now: a deleted deployment's router still talks to its profile actors for a while, and
+    # stopping them under it stalled the next runs' routing (first run of 05:27 UTC, docs/BENCHMARKS.md).
+    for name in {w for w in args.workloads.split(",") if w} | {"shared-prefix"}:
+        await asyncio.to_thread(stop_epp_actors, name)
     return results, overhead
 
 
@@ -365,8 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overhead-replicas", type=int, default=16, help="0: skip the overhead runs")
     ap.add_argument("--workloads", default="shared-prefix,multi-lora")
     ap.add_argument("--routers", default=",".join(ROUTERS))
-    ap.add_argument("--requests", type=int, default=Shape.requests)
-    ap.add_argument("--rate", type=float, default=Shape.rate)
+    ap.add_argument("--requests", type=int, default=Shape().requests)
+    ap.add_argument("--rate", type=float, default=Shape().rate)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=16)
     ap.add_argument("--tiny", action="store_true", help="a smoke-sized run")

@@ -34,7 +34,10 @@ def test_routing_benchmark_tiny_run(ray_session):
     async def run():
         return [await routing.run_one(r, "shared-prefix", shape, 2, seed=0, warmup=4) for r in routing.ROUTERS]
 
-    results = asyncio.run(run())
+    try:
+        results = asyncio.run(run())
+    finally:
+        routing.stop_epp_actors("shared-prefix")
     for r in results:
         assert r.failed == 0 and r.requests == 12, r
         assert sum(r.spread.values()) == 12
