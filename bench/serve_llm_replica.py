@@ -2,121 +2,156 @@
 
 Same surface as LLMServer where routers see it: `chat(request)` and `completions(request)` take a
 vLLM-shaped request (dict or pydantic) and LoRA adapters load through `@serve.multiplexed`. The
-engine is a small model in real time: at most `max_running` requests run at once (the rest wait),
-a request's prefill costs `prefill_s_per_block` per prompt block not in the replica's prefix
-cache (an LRU of block hashes), then `decode_s_per_token` per output token. It publishes its
-state through `record_routing_stats` (serve_app/llm_stats.py). Answers say which replica served,
-its time to first token and how many prompt blocks hit the cache."""
+engine is the simulator's (simulator/engine.py: continuous batching, a paged KV cache with prefix
+caching, LoRA slots) running in real time behind its own vLLM-shaped HTTP server on 127.0.0.1
+(`SimPod`), as vLLM runs inside an LLMServer replica; the replica forwards each request to it and
+publishes the engine's state through `record_routing_stats` (serve_app/llm_stats.py). The pod's
+`/metrics` page is vLLM's, and its URL is in the replica's metadata (`METRICS_URL_KEY`).
+
+Answers say which replica served, the time to first token inside the replica (`ttft_s`), the time
+from the first token to the end (`tail_s`: a caller's own TTFT is its latency minus this), and the
+prompt tokens the prefix cache served (`cached_tokens`, `hit_blocks`)."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
 import time
-from collections import OrderedDict
 from typing import Any
 
+import aiohttp
+from pydantic import BaseModel, ConfigDict
 from ray import serve
 
-from serve_app.llm_stats import EngineStatsMixin
+from serve_app.llm_stats import METRICS_URL_KEY, EngineStatsMixin, engine_routing_stats
+from simulator import DEFAULT_MODEL, PodConfig, SimPod
+
+MAX_LORAS = 4  # LoRA slots on the engine and adapters a replica keeps loaded (Serve's multiplex LRU)
 
 
-def prompt_of(request: Any) -> tuple[str, int]:
-    """(prompt text, max_tokens) of a completions or chat request, dict or pydantic."""
-    data = request if isinstance(request, dict) else request.model_dump(exclude_none=True)
-    messages = data.get("messages")
-    text = json.dumps(messages, separators=(",", ":")) if messages is not None else str(data.get("prompt", ""))
-    return text, int(data.get("max_tokens") or 1)
+class CompletionRequest(BaseModel):
+    """vLLM's CompletionRequest where routers read it (attributes, not dict keys: ray.llm's
+    PrefixCacheAffinityRouter reads `.prompt` / `.messages`); other fields ride along."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = DEFAULT_MODEL
+    prompt: str | list[int] = ""
+    max_tokens: int | None = None
+
+
+class ChatCompletionRequest(BaseModel):
+    """vLLM's ChatCompletionRequest where routers read it."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = DEFAULT_MODEL
+    messages: list[dict[str, Any]] = []
+    max_tokens: int | None = None
+
+
+def request_model(body: dict[str, Any]) -> CompletionRequest | ChatCompletionRequest:
+    """An OpenAI body as the pydantic request LLMServer's handle methods take."""
+    return (ChatCompletionRequest if "messages" in body else CompletionRequest).model_validate(body)
+
+
+def body_of(request: Any) -> dict[str, Any]:
+    """A completions or chat request as a dict, from a dict or a pydantic request."""
+    return dict(request) if isinstance(request, dict) else request.model_dump(exclude_none=True)
 
 
 class FakeLLMServer(EngineStatsMixin):
-    def __init__(
+    async def __init__(
         self,
-        max_running: int = 4,
-        block_chars: int = 256,
-        cache_blocks: int = 256,
-        prefill_s_per_block: float = 0.002,
-        decode_s_per_token: float = 0.001,
+        pod: dict[str, Any] | None = None,
         overloaded_ranks: tuple[int, ...] | list[int] = (),
-        max_lora: int = 2,
+        time_scale: float = 1.0,
+        publish_stats: bool = True,
     ) -> None:
+        """`pod`: simulator `PodConfig` fields (defaults: an 8B-class model on one H100);
+        `overloaded_ranks`: replicas whose published state says they are backed up;
+        `publish_stats=False`: publish nothing (a router then sees the engine only by its /metrics)."""
         ctx = serve.get_replica_context()
         self.replica = ctx.replica_id.unique_id
         self.rank = ctx.rank.rank if hasattr(ctx.rank, "rank") else int(ctx.rank)
         self.overloaded = self.rank in set(overloaded_ranks)
-        self.epp_max_running = max_running
-        self.epp_max_lora = max_lora
-        self.block_chars = block_chars
-        self.cache_blocks = cache_blocks
-        self.prefill_s = prefill_s_per_block
-        self.decode_s = decode_s_per_token
-        self.cache: OrderedDict[bytes, None] = OrderedDict()
-        self.slots = asyncio.Semaphore(max_running)
+        self.publish_stats = publish_stats
+        cfg = PodConfig.model_validate({"max_loras": MAX_LORAS, **(pod or {}), "name": f"replica-{self.rank}"})
+        self.pod = SimPod(cfg, time_scale=time_scale, seed=self.rank)
+        await self.pod.start()
+        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
         self.loads = 0
         self.served = 0
 
-    @serve.multiplexed(max_num_models_per_replica=2)
+    def record_replica_metadata(self) -> dict[str, Any]:
+        """Static per replica (Serve calls it once): where the engine's /metrics page is."""
+        return {METRICS_URL_KEY: f"{self.pod.url}/metrics"}
+
+    @serve.multiplexed(max_num_models_per_replica=MAX_LORAS)
     async def load_lora(self, lora_id: str) -> str:
+        """Serve's multiplexed loader: register the adapter with the engine (as LLMServer does with
+        vLLM's load_lora_adapter); the engine activates it on its first request."""
         self.loads += 1
-        await asyncio.sleep(0.01)
+        if lora_id not in self.pod.engine.adapters:
+            async with self.http.post(f"{self.pod.url}/v1/load_lora_adapter", json={"lora_name": lora_id}) as r:
+                r.raise_for_status()
         return lora_id
 
     def engine_state(self) -> dict[str, Any]:
-        stats = super().engine_state()
+        if not self.publish_stats:
+            return {}
+        e = self.pod.engine
+        waiting = len(e.waiting) + len(e.transferring)
+        kv = e.kv.usage()
         if self.overloaded:  # a replica whose engine is backed up (as its published state says)
-            engine = stats["epp_engine"]
-            engine["waiting"] += 50
-            engine["kv_cache_usage"] = 0.97
-        else:
-            stats["epp_engine"]["kv_cache_usage"] = min(1.0, len(self.cache) / self.cache_blocks)
-        return stats
+            waiting, kv = waiting + 50, 0.97
+        return engine_routing_stats(
+            waiting=waiting,
+            running=len(e.running),
+            kv_cache_usage=kv,
+            running_lora_adapters=e.lora.running_adapters(),
+            waiting_lora_adapters=e.waiting_adapters(),
+            max_lora=e.lora.max_loras,
+            block_size=e.block_size,
+            num_blocks=e.kv.num_blocks,
+        )
 
     async def chat(self, request: Any) -> dict[str, Any]:
-        return await self._run(request)
+        return await self._run(request, "/v1/chat/completions")
 
     async def completions(self, request: Any) -> dict[str, Any]:
-        return await self._run(request)
+        return await self._run(request, "/v1/completions")
 
-    async def _run(self, request: Any) -> dict[str, Any]:
-        text, max_tokens = prompt_of(request)
+    async def _run(self, request: Any, path: str) -> dict[str, Any]:
+        body = body_of(request)
         lora = serve.get_multiplexed_model_id()
         if lora:
             await self.load_lora(lora)
+        body.update(model=lora or self.pod.cfg.model, stream=True, stream_options={"include_usage": True})
         started = time.monotonic()
-        with self.track_request(lora):
-            async with self.slots:
-                blocks = self._blocks(text)
-                hits = 0
-                for h in blocks:
-                    if h not in self.cache:
-                        break
-                    hits += 1
-                await asyncio.sleep(self.prefill_s * (len(blocks) - hits))
-                ttft = time.monotonic() - started
-                for h in blocks:
-                    self.cache[h] = None
-                    self.cache.move_to_end(h)
-                while len(self.cache) > self.cache_blocks:
-                    self.cache.popitem(last=False)
-                await asyncio.sleep(self.decode_s * max_tokens)
+        first = 0.0
+        usage: dict[str, Any] = {}
+        async with self.http.post(f"{self.pod.url}{path}", json=body) as response:
+            if response.status != 200:
+                raise RuntimeError(f"engine answered {response.status}: {await response.text()}")
+            async for line in response.content:
+                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("choices") and not first:
+                    first = time.monotonic()
+                usage = chunk.get("usage") or usage
+        done = time.monotonic()
         self.served += 1
+        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
         return {
             "replica": self.replica,
             "rank": self.rank,
             "lora": lora,
-            "ttft_s": ttft,
-            "prompt_blocks": len(blocks),
-            "hit_blocks": hits,
+            "ttft_s": (first or done) - started,
+            "tail_s": done - (first or done),
+            "prompt_tokens": int(usage.get("prompt_tokens", 0)),
+            "cached_tokens": cached,
+            "hit_blocks": cached // self.pod.engine.block_size,
             "choices": [{"index": 0, "text": "ok", "finish_reason": "length"}],
         }
-
-    def _blocks(self, text: str) -> list[bytes]:
-        out, h = [], hashlib.blake2b(digest_size=8)
-        for i in range(0, len(text) - self.block_chars + 1, self.block_chars):
-            h.update(text[i : i + self.block_chars].encode())
-            out.append(h.copy().digest())
-        return out
 
     async def whoami(self) -> dict[str, Any]:
         return {"replica": self.replica, "rank": self.rank, "loads": self.loads, "served": self.served}
@@ -125,4 +160,9 @@ class FakeLLMServer(EngineStatsMixin):
         self.overloaded = value
         return self.replica
 
+    async def __del__(self) -> None:
+        await self.http.close()
+        await self.pod.stop()
 
+
+__all__ = ["METRICS_URL_KEY", "ChatCompletionRequest", "CompletionRequest", "FakeLLMServer", "request_model"]

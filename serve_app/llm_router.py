@@ -33,10 +33,11 @@ import importlib
 import logging
 import time
 import weakref
-from collections import Counter, OrderedDict
-from dataclasses import dataclass, field
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import ray
 from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
@@ -50,7 +51,9 @@ from ray.serve.request_router import (
 )
 
 from actors.launcher import start_router_profile_actors
+from actors.options import ActorOptions, PodSpec
 from actors.protocol import SCHEDULING_BODY_FIELDS, ProfileCall, for_scheduling
+from actors.scraper import PodScraper
 from scheduler import (
     CycleState,
     Endpoint,
@@ -65,7 +68,7 @@ from scheduler import (
 )
 from scheduler.cycle_state import profile_error_key
 from scheduler.trace import SchedulingTrace
-from serve_app.llm_stats import metrics_from_stats
+from serve_app.llm_stats import METRICS_URL_KEY, metrics_from_stats
 from serve_app.ray_runner import RayProfileRunner
 
 log = logging.getLogger("ray_epp.serve.llm_router")
@@ -80,6 +83,8 @@ REPLICA_LABEL = "ray.io/serve-replica-id"
 # Serve's handles reach a replica by actor, not by address; an Endpoint needs one all the same.
 UNKNOWN_ADDRESS, UNKNOWN_PORT = "127.0.0.1", 8000
 MAX_REMEMBERED = 20_000  # decisions kept for on_request_routed / completions not yet seen
+TIMING_SAMPLES = 10_000  # choose_replicas durations kept per router, for its percentiles
+RECENT_DECISIONS = 1_000  # routed requests kept per router, for `recent_decisions()`
 
 
 def read_config(config: str | dict[str, Any] | EndpointPickerConfig | None) -> EndpointPickerConfig:
@@ -104,6 +109,8 @@ class RouterCounters:
     routed_not_first: int = 0  # Serve sent it past the scheduler's first target (back-pressure)
     completed: int = 0  # completions sent to the profile actors
     schedule_s: float = 0.0  # total time in choose_replicas' scheduling
+    choose_s: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_SAMPLES))  # per call
+    recent: deque[RoutedRequest] = field(default_factory=lambda: deque(maxlen=RECENT_DECISIONS))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -117,6 +124,18 @@ class RouterCounters:
         }
 
 
+@dataclass(slots=True, frozen=True)
+class RoutedRequest:
+    """One request as Serve carried it out: where it went and who chose ("scheduled": the scheduler's
+    first target; "moved": a later target, back-pressure refused the first; "fallback": Serve's)."""
+
+    request_id: str
+    model: str
+    replica: str
+    how: str
+    at: float
+
+
 def _registry() -> list[weakref.ref[EPPRequestRouter]]:
     """This process's routers, kept in the imported module: Serve ships the router class with
     cloudpickle, whose copy of these functions has globals of its own (and whose class state
@@ -127,17 +146,29 @@ def _registry() -> list[weakref.ref[EPPRequestRouter]]:
 def router_stats() -> dict[str, Any]:
     """The summed counters of every EPPRequestRouter in this process (e.g. an ingress replica's)."""
     total: dict[str, Any] = {"routers": 0, "fallbacks": Counter()}
-    for ref in list(_registry()):
-        router = ref()
-        if router is None:
-            continue
+    for router in _routers():
         total["routers"] += 1
         counts = router.counters.as_dict()
         total["fallbacks"].update(counts.pop("fallbacks"))
         for key, value in counts.items():
             total[key] = total.get(key, 0) + value
     total["fallbacks"] = dict(total["fallbacks"])
+    samples = sorted(s for router in _routers() for s in router.counters.choose_s)
+    total["choose_ms"] = {"n": len(samples)} | {
+        f"p{q}": 1e3 * samples[min(len(samples) - 1, len(samples) * q // 100)] if samples else None
+        for q in (50, 90, 99)
+    }
     return total
+
+
+def recent_decisions(limit: int = 100) -> list[RoutedRequest]:
+    """The last `limit` requests this process's routers sent, oldest first."""
+    merged = sorted((d for router in _routers() for d in router.counters.recent), key=lambda d: d.at)
+    return merged[-limit:]
+
+
+def _routers() -> list[EPPRequestRouter]:
+    return [r for ref in list(_registry()) if (r := ref()) is not None]
 
 
 class _CallerEndpointsRunner(RayProfileRunner):
@@ -159,6 +190,10 @@ class _CallerEndpointsRunner(RayProfileRunner):
                 cycle_state.write(profile_error_key(name), outcome.error)
             results[name] = outcome.result
         return results
+
+
+async def _ignore_report(*_: Any) -> None:
+    """The router reads its scrapers' last metrics itself; nothing to report anywhere."""
 
 
 class NoDecision(Exception):
@@ -184,11 +219,16 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         schedule_timeout_s: float = 2.0,
         startup_wait_s: float = 30.0,
         retry_startup_s: float = 5.0,
+        scrape_metrics: bool = True,
+        scrape: dict[str, Any] | None = None,
         **_: Any,
     ) -> None:
         """Called by Serve with `request_router_kwargs`. `config`: a path or YAML text (None: Ray
         EPP's default); `actor_options`: `ActorOptions` fields for the profile actors (e.g.
-        `plugin_modules` for custom plugins)."""
+        `plugin_modules` for custom plugins). `scrape_metrics`: scrape the engine's Prometheus page
+        of replicas that have an HTTP endpoint (Serve's direct ingress, or `epp.metrics_url` in
+        their metadata) with the engine presets, as the gateway's metrics actors do; `scrape`:
+        `ActorOptions` scrape fields (`refresh_interval_s`, `scrape_timeout_s`, `metrics_path`)."""
         self._cfg = read_config(config)
         built = build_plugins(self._cfg)  # the handler runs here; the profiles in the actors
         self._handler = built.handler
@@ -206,6 +246,9 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         # internal request id -> (request, result) awaiting on_request_routed; then -> (request, replica)
         self._decisions: OrderedDict[str, tuple[LLMRequest, SchedulingResult | None]] = OrderedDict()
         self._routed: OrderedDict[str, tuple[LLMRequest, str]] = OrderedDict()
+        self._scrape = scrape_metrics
+        self._scrape_options = ActorOptions(**{"refresh_interval_s": 0.1, **(scrape or {})})
+        self._scrapers: dict[str, PodScraper | None] = {}  # replica name -> its page's scraper (None: bad URL)
         self.counters = RouterCounters()
         registry = _registry()
         registry[:] = [r for r in registry if r() is not None] + [weakref.ref(self)]
@@ -239,6 +282,60 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             log.info("EPPRequestRouter: profile actors %s ready", sorted(actors))
         return self._runner
 
+    # --- scraping replicas that have an HTTP endpoint ------------------------------------------------
+
+    def metrics_url(self, replica: RunningReplica) -> str | None:
+        """Where the replica's engine metrics are: its metadata's `epp.metrics_url`, else its
+        direct-ingress HTTP endpoint + metrics_path; None when it has neither."""
+        url = replica.replica_metadata.get(METRICS_URL_KEY)
+        if isinstance(url, str) and url:
+            return url
+        host_port = replica.backend_http_endpoint
+        if host_port is None:
+            return None
+        host = f"[{host_port[0]}]" if ":" in host_port[0] else host_port[0]
+        return f"http://{host}:{host_port[1]}{self._scrape_options.metrics_path}"
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        if getattr(self, "_scrapers", None):  # stop those of replicas that went away (all: app deleted)
+            self._on_loop(self._sync_scrapers)
+
+    def _sync_scrapers(self) -> None:
+        """One scraper per current replica that has a metrics URL and publishes no engine state (on
+        the router's loop)."""
+        current = {
+            rid.unique_id: r for rid, r in self.curr_replicas.items() if metrics_from_stats(r.routing_stats) is None
+        }
+        for name in [n for n in self._scrapers if n not in current]:
+            scraper = self._scrapers.pop(name)
+            if scraper is not None:
+                asyncio.get_running_loop().create_task(scraper.stop())
+        for name, replica in current.items():
+            if name in self._scrapers or (url := self.metrics_url(replica)) is None:
+                continue
+            parts = urlsplit(url)
+            try:
+                spec = PodSpec(name=name, address=parts.hostname or "", port=parts.port or 80,
+                               labels={str(k): str(v) for k, v in replica.replica_metadata.items()})  # fmt: skip
+            except ValueError as err:
+                log.warning("EPPRequestRouter: replica %s has a bad metrics URL %r: %s", name, url, err)
+                self._scrapers[name] = None  # not tried again
+                continue
+            options = self._scrape_options.model_copy(update={"metrics_path": parts.path or "/metrics"})
+            scraper = PodScraper(spec, options, _ignore_report)
+            scraper.start()
+            self._scrapers[name] = scraper
+
+    def scraped(self, name: str) -> Metrics | None:
+        """A replica's last scraped engine metrics, if fresh (within 10 scrape timeouts)."""
+        scraper = self._scrapers.get(name)
+        if scraper is None or scraper.last_metrics is None or scraper.last_success is None:
+            return None
+        if time.monotonic() - scraper.last_success > 10 * self._scrape_options.scrape_timeout_s:
+            return None
+        return replace(scraper.last_metrics)
+
     # --- endpoints from replicas -----------------------------------------------------------------
 
     def endpoint_of(self, replica: RunningReplica) -> Endpoint:
@@ -250,9 +347,12 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         if replica.availability_zone:
             labels[ZONE_LABEL] = replica.availability_zone
         published = metrics_from_stats(replica.routing_stats)
+        scraped = self.scraped(rid.unique_id) if self._scrapers else None
         if published is not None:
             metrics, declared = published
             labels.update(declared)
+        elif scraped is not None:  # its engine's own /metrics page
+            metrics = scraped
         else:  # nothing published: Serve's own count of the replica's ongoing requests
             queue_len = self.replica_queue_len_cache.get(rid) or 0
             metrics = Metrics(waiting_queue_size=queue_len, running_requests_size=queue_len)
@@ -284,7 +384,9 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                 log.debug("EPPRequestRouter: could not read request for its hooks", exc_info=True)
             return await PowerOfTwoChoicesRequestRouter.choose_replicas(self, candidate_replicas, pending_request)
         finally:
-            self.counters.schedule_s += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self.counters.schedule_s += elapsed
+            self.counters.choose_s.append(elapsed)
         self.counters.scheduled += 1
         # Serve tries the ranks in order and sends to the first replica that accepts; when every
         # replica is full it backs off and asks again (the scheduler then sees fresher state).
@@ -294,6 +396,8 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     async def _schedule(
         self, candidates: list[RunningReplica], pending_request: PendingRequest
     ) -> list[list[RunningReplica]]:
+        if self._scrape:
+            self._sync_scrapers()
         runner = await self._ensure_runner()
         by_name = {r.replica_id.unique_id: r for r in candidates}
         endpoints = [self.endpoint_of(r) for r in candidates]
@@ -350,10 +454,12 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         request, result = decision or (request_of(pending_request, self._deployment_id.name), None)
         self.counters.routed += 1
         first = result.primary.target_endpoints[0].name if result is not None else None
-        if result is None or first != replica_name:
+        how = "fallback" if result is None else "scheduled" if first == replica_name else "moved"
+        if how != "scheduled":
             if result is not None:
                 self.counters.routed_not_first += 1
             result = self._result_for(result, replica_name)
+        self.counters.recent.append(RoutedRequest(iid, request.target_model, replica_name, how, time.time()))
         self._routed[iid] = (request.without_body(), replica_name)
         while len(self._routed) > MAX_REMEMBERED:
             self._routed.popitem(last=False)

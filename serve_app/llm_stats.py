@@ -24,6 +24,9 @@ from typing import Any
 from scheduler import Metrics
 
 ENGINE_STATS_KEY = "epp_engine"
+# In a replica's `record_replica_metadata`: where its engine's Prometheus page is, for a router that
+# scrapes it (a replica with Serve's direct ingress needs none: its HTTP endpoint is known).
+METRICS_URL_KEY = "epp.metrics_url"
 
 
 def engine_routing_stats(

@@ -1,9 +1,16 @@
 """EPPRequestRouter in a real Serve: simulated LLM replicas (bench/serve_llm_replica.py) publishing
 their engine state through record_routing_stats, called through handles from the driver and from
-two ingress replicas (each with its own router, sharing the profile actors)."""
+two ingress replicas (each with its own router, sharing the profile actors).
+
+Each test must fail without the router: `EPP_LLM_ROUTER_CONTROL=1 pytest tests/serve_app/test_llm_router.py`
+runs the module with Serve's default power-of-two router instead, and every test then fails
+(docs/SERVE_LLM.md has the run). Where Serve's own routing would pass a test's main check (Serve's
+multiplexing prefers a replica with the adapter loaded; it drops dead replicas), the test also
+checks that EPP made the decisions."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections import Counter
@@ -14,7 +21,7 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 
 from bench.serve_llm_replica import FakeLLMServer
-from serve_app.llm_router import ROUTER_NAMESPACE, read_config, router_stats
+from serve_app.llm_router import ROUTER_NAMESPACE, read_config, recent_decisions, router_stats
 from tests.conftest import GATEWAY_TEST_PORT
 
 APP = "llm-router-test"
@@ -58,12 +65,14 @@ schedulingProfiles:
   - pluginRef: queue-scorer
 """
 REPLICAS = 3
+CONTROL = bool(os.environ.get("EPP_LLM_ROUTER_CONTROL"))  # Serve's default router: every test must fail
+POW2 = "ray.serve._private.request_router.pow_2_router:PowerOfTwoChoicesRequestRouter"
 
 
 def router_config(config: str, **kwargs) -> RequestRouterConfig:
     return RequestRouterConfig(
-        request_router_class="serve_app.llm_router:EPPRequestRouter",
-        request_router_kwargs={"config": config, **kwargs},
+        request_router_class=POW2 if CONTROL else "serve_app.llm_router:EPPRequestRouter",
+        request_router_kwargs={} if CONTROL else {"config": config, **kwargs},
         request_routing_stats_period_s=0.2,
         request_routing_stats_timeout_s=2.0,
     )
@@ -174,6 +183,10 @@ def test_resident_lora_adapter_is_preferred(llm_app):
     time.sleep(1.0)  # Serve tells the routers where the adapter is loaded
     served = Counter(lora.chat.remote(chat(unique_prompt())).result(timeout_s=30)["replica"] for _ in range(8))
     assert served == Counter({first: 8}), (first, served)
+    # Serve's multiplexing alone would do that too: the decisions must be EPP's
+    time.sleep(0.3)  # the routed hooks run on the router's loop
+    decided = [d for d in recent_decisions(50) if d.model == "lora-x"][-8:]
+    assert [(d.replica, d.how) for d in decided] == [(first, "scheduled")] * 8, decided
 
 
 def test_long_prefix_sticks_to_one_replica_across_two_ingress_replicas(llm_app):
@@ -229,10 +242,43 @@ def test_scheduler_failure_falls_back_and_is_counted(ray_session, llm_app):
         stop_router_profile_actors(read_config(NO_ENDPOINT_CONFIG), namespace=ROUTER_NAMESPACE)
 
 
+def test_replicas_that_publish_nothing_are_scraped_at_their_metrics_endpoint(ray_session, llm_app):
+    """A replica with an HTTP endpoint (here its metadata's metrics URL; Serve's direct ingress gives
+    one too) is read through its engine's /metrics page with the vLLM preset."""
+    from serve_app import llm_router
+
+    app, blocks = "llm-router-scrape", 777
+    serve.run(
+        llm_deployment("FakeLLMScraped", CONFIG, replicas=2, publish_stats=False, pod={"num_gpu_blocks": blocks}),
+        name=app,
+        route_prefix=f"/{app}",
+    )
+    try:
+        handle = serve.get_deployment_handle("FakeLLMScraped", app_name=app)
+        for _ in range(4):
+            handle.chat.remote(chat(unique_prompt())).result(timeout_s=60)
+
+        def scraped_endpoints():
+            for router in llm_router._routers():
+                if router._deployment_id.name != "FakeLLMScraped":
+                    continue
+                replicas = list(router.curr_replicas.values())
+                endpoints = [router.endpoint_of(r) for r in replicas]
+                if len(endpoints) == 2 and all(e.metrics.cache_num_blocks == blocks for e in endpoints):
+                    return replicas, endpoints  # only the page's vllm:cache_config_info says 777
+            return None
+
+        replicas, endpoints = wait_for(scraped_endpoints, 20, "scraped engine metrics")
+        assert all("epp_engine" not in (r.routing_stats or {}) for r in replicas)  # nothing published
+        assert all(e.metrics.cache_block_size == 16 for e in endpoints)
+    finally:
+        serve.delete(app)
+
+
 def test_killed_replica_is_dropped_and_its_requests_fail_clearly(llm_app):
     """Last in the module: it kills a replica (Serve starts another)."""
     _, llm, ranks = llm_app
-    slow = {**chat(unique_prompt()), "max_tokens": 3000}  # ~3 s of decode
+    slow = {**chat(unique_prompt()), "max_tokens": 500}  # ~3 s of simulated decode
     pending = [llm.chat.remote(dict(slow, messages=[{"role": "user", "content": unique_prompt()}])) for _ in range(6)]
     time.sleep(0.5)
     victim_name = next(r for r, rank in ranks.items() if rank != 0)
@@ -253,5 +299,7 @@ def test_killed_replica_is_dropped_and_its_requests_fail_clearly(llm_app):
             failed += 1
     assert time.monotonic() - started < 30
     assert failed + succeeded == len(pending)
+    before = router_stats()["scheduled"]
     served = Counter(llm.chat.remote(chat(unique_prompt())).result(timeout_s=30)["replica"] for _ in range(8))
     assert victim_name not in served, served
+    assert router_stats()["scheduled"] - before >= 8  # EPP routed around it (Serve alone would too)

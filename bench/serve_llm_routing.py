@@ -1,0 +1,421 @@
+"""Ray Serve's request routers against EPPRequestRouter, in a real Serve on simulated LLM replicas.
+
+Same run, same replicas (bench/serve_llm_replica.py: the simulator's engine behind each
+FakeLLMServer replica), same seeded workloads (bench/workloads): for each workload and router a
+deployment of `--replicas` FakeLLMServers is started with that router, the workload is sent through
+a deployment handle from this process at its Poisson arrival times (LoRA requests with
+`multiplexed_model_id`, as Ray Serve LLM's ingress does), and the deployment is deleted.
+
+Routers: `epp` (EPPRequestRouter with configs/default.yaml, or configs/lora.yaml on multi-LoRA),
+`pow2` (Serve's default PowerOfTwoChoicesRequestRouter) and `prefix-affinity` (ray.llm's
+PrefixCacheAffinityRouter, imported from ray.llm._internal...prefix_aware, which needs no vLLM; the
+public `ray.serve.llm.request_router` re-export imports `ray.serve.llm`, which needs pyarrow).
+Serve's two run as thin subclasses that time `choose_replicas` (nothing else changes).
+
+Per run: TTFT p50/p90 as the caller sees it (its latency minus the replica's first-token-to-end
+time: routing, Serve's queueing, prefill), the prefix-cache hit rate (prompt tokens the engines
+served from cache / prompt tokens), the destination spread, and choose_replicas p50/p90. Then
+choose_replicas at `--overhead-replicas` replicas for every router.
+
+    python -m bench.serve_llm_routing            # the figures in docs/BENCHMARKS.md
+    python -m bench.serve_llm_routing --tiny     # a smoke-sized run (tests/bench)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import serve
+from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
+from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
+from ray.serve.config import RequestRouterConfig
+
+from bench import workloads as wl
+from bench.serve_llm_replica import FakeLLMServer, request_model
+from serve_app.llm_router import ROUTER_NAMESPACE, read_config, router_stats
+from simulator import DEFAULT_MODEL, SimRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = "serve-llm-routing"
+MODULE = "bench.serve_llm_routing"  # by name, also when run as __main__ (Serve imports the classes from here)
+ROUTERS = ("epp", "pow2", "prefix-affinity")
+STATS_PERIOD_S = 0.2
+
+
+# --- Serve's routers, timed ------------------------------------------------------------------------
+
+
+def _samples() -> list[float]:
+    """choose_replicas durations of the timed routers in this process (kept in the imported module:
+    Serve ships router classes with cloudpickle, whose copies have globals of their own)."""
+    return vars(importlib.import_module(MODULE)).setdefault("_CHOOSE_S", [])
+
+
+class _Timed:
+    async def choose_replicas(self, candidate_replicas, pending_request=None):  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        try:
+            return await super().choose_replicas(candidate_replicas, pending_request)  # type: ignore[misc]
+        finally:
+            if pending_request is not None:
+                _samples().append(time.perf_counter() - started)
+
+
+class TimedPowerOfTwo(_Timed, PowerOfTwoChoicesRequestRouter):
+    """Serve's default router, timed."""
+
+
+class TimedPrefixCacheAffinity(_Timed, PrefixCacheAffinityRouter):
+    """ray.llm's PrefixCacheAffinityRouter (its defaults), timed."""
+
+
+def router_config(router: str, workload: str) -> RequestRouterConfig:
+    if router == "epp":
+        config = "configs/lora.yaml" if workload == "multi-lora" else "configs/default.yaml"
+        cls, kwargs = "serve_app.llm_router:EPPRequestRouter", {"config": config}
+    elif router == "pow2":
+        cls, kwargs = f"{MODULE}:TimedPowerOfTwo", {}
+    elif router == "prefix-affinity":
+        cls, kwargs = f"{MODULE}:TimedPrefixCacheAffinity", {}
+    else:
+        raise ValueError(f"unknown router {router!r}; choose from {ROUTERS}")
+    return RequestRouterConfig(
+        request_router_class=cls,
+        request_router_kwargs=kwargs,
+        request_routing_stats_period_s=STATS_PERIOD_S,
+        request_routing_stats_timeout_s=2.0,
+    )
+
+
+# --- workloads -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The run's size: workload lengths, rate and the replicas' KV cache."""
+
+    requests: int = 240
+    rate: float = 12.0
+    groups: int = 16
+    system_tokens: int = 2048
+    question_tokens: int = 128
+    output_tokens: int = 64
+    num_gpu_blocks: int = 1024  # 16k tokens a replica: ~7 of the 16 shared prefixes fit
+    lora_prompt_tokens: tuple[int, int] = (128, 1024)
+    lora_output_tokens: tuple[int, int] = (16, 64)
+
+
+TINY = Shape(requests=24, rate=12.0, groups=4, system_tokens=512, output_tokens=8, num_gpu_blocks=256,
+             lora_output_tokens=(4, 8))  # fmt: skip
+
+
+def workload(name: str, shape: Shape, seed: int) -> list[SimRequest]:
+    if name == "shared-prefix":
+        spec = wl.SharedPrefixSpec(
+            groups=shape.groups, prompts_per_group=max(1, shape.requests // shape.groups),
+            system_tokens=shape.system_tokens, question_tokens=shape.question_tokens,
+            output_tokens=shape.output_tokens,
+        )  # fmt: skip
+        return wl.shared_prefix_workload(spec, shape.rate, seed, shape.requests)
+    if name == "multi-lora":
+        spec = wl.RandomPromptSpec(
+            num_requests=shape.requests, prompt_tokens=shape.lora_prompt_tokens,
+            output_tokens=shape.lora_output_tokens, adapters=wl.LORA_ADAPTERS,
+        )  # fmt: skip
+        return wl.random_prompt_workload(spec, shape.rate, seed)
+    raise ValueError(f"unknown workload {name!r}")
+
+
+def pod_config(name: str, shape: Shape) -> dict[str, Any]:
+    pod: dict[str, Any] = {"num_gpu_blocks": shape.num_gpu_blocks}
+    if name == "multi-lora":
+        pod["lora_adapters"] = list(wl.LORA_ADAPTERS)
+    return pod
+
+
+# --- one run ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RunResult:
+    workload: str
+    router: str
+    replicas: int
+    requests: int
+    failed: int
+    ttft_p50_ms: float
+    ttft_p90_ms: float
+    engine_ttft_p90_ms: float  # inside the replica: the engine's queue and prefill only
+    e2e_p90_ms: float
+    hit_rate: float
+    spread: dict[str, int]
+    choose_p50_ms: float | None
+    choose_p90_ms: float | None
+    wall_s: float
+    errors: list[str] = field(default_factory=list)
+
+
+def quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def deploy(router: str, workload_name: str, shape: Shape, replicas: int) -> Any:
+    app = serve.deployment(
+        FakeLLMServer,
+        name="FakeLLM",
+        num_replicas=replicas,
+        max_ongoing_requests=1000,  # Ray Serve LLM's engines queue, not Serve (its default is 1e9)
+        ray_actor_options={"num_cpus": 0},
+        request_router_config=router_config(router, workload_name),
+    ).bind(pod=pod_config(workload_name, shape))
+    serve.run(app, name=APP, route_prefix=f"/{APP}")
+    return serve.get_deployment_handle("FakeLLM", app_name=APP)
+
+
+async def send(handle: Any, requests: list[SimRequest]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each request at its arrival time; the answers (with the caller's TTFT) and the errors."""
+    started = time.monotonic()
+
+    async def one(r: SimRequest) -> dict[str, Any]:
+        await asyncio.sleep(max(0.0, started + r.arrival_time - time.monotonic()))
+        h = handle if r.model == DEFAULT_MODEL else handle.options(multiplexed_model_id=r.model)
+        method = h.chat if "messages" in r.body else h.completions
+        sent = time.monotonic()
+        out = await method.remote(request_model(r.body))
+        e2e = time.monotonic() - sent
+        return {**out, "ttft_client_s": e2e - out["tail_s"], "e2e_s": e2e}
+
+    outcomes = await asyncio.gather(*(one(r) for r in requests), return_exceptions=True)
+    answers = [o for o in outcomes if isinstance(o, dict)]
+    errors = [f"{type(o).__name__}: {o}" for o in outcomes if isinstance(o, BaseException)]
+    return answers, errors
+
+
+def choose_times(router: str) -> list[float]:
+    """This process's choose_replicas samples for `router`, then cleared."""
+    if router == "epp":
+        from serve_app import llm_router
+
+        samples = [s for r in llm_router._routers() for s in r.counters.choose_s]
+        for r in llm_router._routers():
+            r.counters.choose_s.clear()
+        return samples
+    samples = list(_samples())
+    _samples().clear()
+    return samples
+
+
+async def run_one(
+    router: str, workload_name: str, shape: Shape, replicas: int, seed: int, warmup: int
+) -> RunResult:
+    handle = await asyncio.to_thread(deploy, router, workload_name, shape, replicas)
+    try:
+        # Warm up on requests of another seed (router start, LoRA loads of Serve's first calls).
+        warm = workload(workload_name, Shape(**{**asdict(shape), "requests": warmup}), seed + 1000)[:warmup]
+        for r in warm:
+            r.arrival_time = 0.0
+        await send(handle, warm)
+        await asyncio.sleep(2 * STATS_PERIOD_S)
+        choose_times(router)
+        requests = workload(workload_name, shape, seed)
+        started = time.monotonic()
+        answers, errors = await send(handle, requests)
+        wall = time.monotonic() - started
+        ttft = [a["ttft_client_s"] for a in answers]
+        prompt = sum(a["prompt_tokens"] for a in answers)
+        cached = sum(a["cached_tokens"] for a in answers)
+        samples = choose_times(router)
+        return RunResult(
+            workload=workload_name, router=router, replicas=replicas, requests=len(requests), failed=len(errors),
+            ttft_p50_ms=1e3 * quantile(ttft, 0.5), ttft_p90_ms=1e3 * quantile(ttft, 0.9),
+            engine_ttft_p90_ms=1e3 * quantile([a["ttft_s"] for a in answers], 0.9),
+            e2e_p90_ms=1e3 * quantile([a["e2e_s"] for a in answers], 0.9),
+            hit_rate=cached / prompt if prompt else 0.0,
+            spread=dict(sorted(Counter(f"rank{a['rank']}" for a in answers).items())),
+            choose_p50_ms=1e3 * quantile(samples, 0.5) if samples else None,
+            choose_p90_ms=1e3 * quantile(samples, 0.9) if samples else None,
+            wall_s=wall, errors=errors[:3],
+        )  # fmt: skip
+    finally:
+        await asyncio.to_thread(serve.delete, APP)
+
+
+def stop_epp_actors(workload_name: str) -> None:
+    """The router's profile actors are detached and shared by config: a fresh run starts fresh ones."""
+    from actors.launcher import stop_router_profile_actors
+
+    config = "configs/lora.yaml" if workload_name == "multi-lora" else "configs/default.yaml"
+    stop_router_profile_actors(read_config(config), namespace=ROUTER_NAMESPACE)
+
+
+# --- report ----------------------------------------------------------------------------------------
+
+
+def table(results: list[RunResult]) -> str:
+    lines = [
+        "| workload | router | TTFT p50 ms | TTFT p90 ms | engine TTFT p90 ms | e2e p90 ms | prefix hit rate "
+        "| choose p50 / p90 ms | failed | spread |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        choose = f"{r.choose_p50_ms:.2f} / {r.choose_p90_ms:.2f}" if r.choose_p50_ms is not None else "-"
+        lines.append(
+            f"| {r.workload} | {r.router} | {r.ttft_p50_ms:.1f} | {r.ttft_p90_ms:.1f} | {r.engine_ttft_p90_ms:.1f} "
+            f"| {r.e2e_p90_ms:.0f} | {r.hit_rate:.1%} | "
+            f"{choose} | {r.failed}/{r.requests} | {' '.join(f'{k}:{v}' for k, v in r.spread.items())} |"
+        )
+    return "\n".join(lines)
+
+
+def verdict(results: list[RunResult], overhead: list[RunResult]) -> list[str]:
+    """The issue's two targets, checked on this run's figures."""
+    out = []
+    shared = {r.router: r for r in results if r.workload == "shared-prefix"}
+    if {"epp", "pow2", "prefix-affinity"} <= set(shared):
+        best = min(shared["pow2"].ttft_p90_ms, shared["prefix-affinity"].ttft_p90_ms)
+        ratio = shared["epp"].ttft_p90_ms / best
+        out.append(f"shared-prefix TTFT p90: epp / best of Serve's = {ratio:.2f} (target <= 0.8): "
+                   f"{'met' if ratio <= 0.8 else 'MISSED'}")  # fmt: skip
+    for r in overhead:
+        if r.router == "epp" and r.choose_p50_ms is not None:
+            out.append(f"choose_replicas p50 at {r.replicas} replicas: {r.choose_p50_ms:.3f} ms (target <= 1 ms): "
+                       f"{'met' if r.choose_p50_ms <= 1.0 else 'MISSED'}")  # fmt: skip
+    return out
+
+
+def start_local_ray(attempts: int = 10) -> None:
+    """A local Ray like the tests' (2 CPUs, 127.0.0.1), started so that a busy machine does not
+    abort it (`give_agent_ports`), and tried again if it fails all the same."""
+    undo = give_agent_ports()
+    try:
+        _init_with_retries(attempts)
+    finally:
+        undo()
+
+
+def give_agent_ports() -> Callable[[], None]:
+    """Make this process's next Ray start give its dashboard agent free ports up front; returns
+    the undo.
+
+    The raylet waits at most 15 s for the dashboard agent to write the ports it chose, then
+    aborts ("timed out during startup"); on a busy 2-core machine the agent's start alone takes
+    longer, and with another Ray here it also spends ~8 s retrying its default port 52365. Ports
+    given up front are not waited for, and `ray.init` cannot give them: so this does."""
+    import socket
+
+    import ray._private.parameter as parameter
+
+    ports = []
+    for _ in range(3):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    original = parameter.RayParams.__init__
+
+    def with_agent_ports(self: Any, *args: Any, **kwargs: Any) -> None:
+        keys = ("dashboard_agent_listen_port", "metrics_agent_port", "metrics_export_port")
+        for key, port in zip(keys, ports, strict=True):
+            if kwargs.get(key) is None:
+                kwargs[key] = port
+        original(self, *args, **kwargs)
+
+    parameter.RayParams.__init__ = with_agent_ports  # type: ignore[method-assign]
+
+    def undo() -> None:
+        parameter.RayParams.__init__ = original  # type: ignore[method-assign]
+
+    return undo
+
+
+def _init_with_retries(attempts: int) -> None:
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+            return
+        except Exception as err:  # "The current node timed out during startup"
+            if attempt == attempts:
+                raise
+            print(f"ray.init failed ({err}); retrying", flush=True)
+            time.sleep(5)
+
+
+async def run_all(args: argparse.Namespace, shape: Shape, routers: list[str]) -> tuple[list[RunResult], ...]:
+    results, overhead = [], []
+    for name in [w for w in args.workloads.split(",") if w]:
+        for router in routers:
+            result = await run_one(router, name, shape, args.replicas, args.seed, args.warmup)
+            print(json.dumps(asdict(result)), flush=True)
+            results.append(result)
+    if args.overhead_replicas:
+        few = Shape(**{**asdict(shape), "requests": min(shape.requests, 160)})
+        for router in routers:
+            result = await run_one(router, "shared-prefix", few, args.overhead_replicas, args.seed, args.warmup)
+            print(json.dumps(asdict(result)), flush=True)
+            overhead.append(result)
+    # Only now: a deleted deployment's router still talks to its profile actors for a while, and
+    # stopping them under it stalled the next runs' routing (first run of 05:27 UTC, docs/BENCHMARKS.md).
+    for name in {w for w in args.workloads.split(",") if w} | {"shared-prefix"}:
+        await asyncio.to_thread(stop_epp_actors, name)
+    return results, overhead
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--replicas", type=int, default=4)
+    ap.add_argument("--overhead-replicas", type=int, default=16, help="0: skip the overhead runs")
+    ap.add_argument("--workloads", default="shared-prefix,multi-lora")
+    ap.add_argument("--routers", default=",".join(ROUTERS))
+    ap.add_argument("--requests", type=int, default=Shape().requests)
+    ap.add_argument("--rate", type=float, default=Shape().rate)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warmup", type=int, default=16)
+    ap.add_argument("--tiny", action="store_true", help="a smoke-sized run")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    args = ap.parse_args(argv)
+    shape = TINY if args.tiny else Shape(requests=args.requests, rate=args.rate)
+    routers = [r for r in args.routers.split(",") if r]
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
+        start_local_ray()
+    serve.start(http_options={"host": "127.0.0.1", "port": int(os.environ.get("EPP_TEST_PORT", "8000")) + 91})
+    try:
+        results, overhead = asyncio.run(run_all(args, shape, routers))
+    finally:
+        if owns_ray:
+            serve.shutdown()
+            ray.shutdown()
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(table(results))
+    if overhead:
+        print(f"\nat {args.overhead_replicas} replicas (shared-prefix, {overhead[0].requests} requests):")
+        print(table(overhead))
+    for line in verdict(results, overhead):
+        print(line)
+    print("router_stats (this process):", json.dumps(router_stats(), default=str))
+    if args.json:
+        args.json.write_text(json.dumps({"results": [asdict(r) for r in results],
+                                         "overhead": [asdict(r) for r in overhead]}, indent=1))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":  # run the imported module's main: Serve imports the router classes from it
+    from bench.serve_llm_routing import main as imported_main
+
+    raise SystemExit(imported_main())

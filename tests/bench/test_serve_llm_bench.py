@@ -1,0 +1,50 @@
+"""The Serve LLM smoke script (--fake) and the routing benchmark at a tiny size, in this session's
+Ray, so neither can rot: both run end to end, every request is answered, and the figures they
+report are the ones the run produced."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+from bench import serve_llm_routing as routing
+from bench import serve_llm_smoke as smoke
+from tests.conftest import GATEWAY_TEST_PORT
+
+
+def test_smoke_runs_on_simulated_replicas(ray_session, capsys):
+    code = smoke.main(["--fake", "--replicas", "2", "--port", str(GATEWAY_TEST_PORT + 93)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.startswith("request ")]
+    assert len(lines) == smoke.REQUESTS and all("-> " in line for line in lines), out
+    assert "lora=smoke-lora" in out  # the adapter's requests went through multiplexing
+    assert all("(scheduled)" in line for line in lines), out  # each decided by EPP, and sent there
+    stats = json.loads(out.split("router_stats: ", 1)[1].splitlines()[0])
+    assert stats["scheduled"] >= smoke.REQUESTS, stats
+
+
+def test_routing_benchmark_tiny_run(ray_session):
+    from ray import serve
+
+    serve.start(http_options={"host": "127.0.0.1", "port": GATEWAY_TEST_PORT + 91})
+    shape = routing.Shape(requests=12, rate=20.0, groups=2, system_tokens=256, output_tokens=4, num_gpu_blocks=128)
+
+    async def run():
+        return [await routing.run_one(r, "shared-prefix", shape, 2, seed=0, warmup=4) for r in routing.ROUTERS]
+
+    try:
+        results = asyncio.run(run())
+    finally:
+        routing.stop_epp_actors("shared-prefix")
+    for r in results:
+        assert r.failed == 0 and r.requests == 12, r
+        assert sum(r.spread.values()) == 12
+        assert not math.isnan(r.ttft_p90_ms) and r.ttft_p50_ms <= r.ttft_p90_ms
+        assert 0.0 <= r.hit_rate <= 1.0
+    epp = next(r for r in results if r.router == "epp")
+    assert epp.choose_p50_ms is not None and epp.choose_p50_ms > 0, epp  # Serve's: see docs/BENCHMARKS.md
+    table = routing.table(results)
+    assert all(f"| shared-prefix | {name} |" in table for name in routing.ROUTERS)
+    assert routing.verdict(results, [])[0].startswith("shared-prefix TTFT p90")
