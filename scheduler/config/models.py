@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from scheduler.config.flow_control import FlowControlSpec
+
 API_VERSIONS = ("inference.networking.x-k8s.io/v1alpha1", "llm-d.ai/v1alpha1", "llm-d.ai/v1")
 KIND = "EndpointPickerConfig"
 
@@ -53,7 +55,8 @@ class EndpointPickerConfig(_Strict):
     # GIE sections the scheduler does not use itself; kept so a GIE config loads as written.
     saturation_detector: dict[str, Any] | None = Field(default=None, alias="saturationDetector")
     data_layer: dict[str, Any] | None = Field(default=None, alias="dataLayer")
-    flow_control: dict[str, Any] | None = Field(default=None, alias="flowControl")
+    # llm-d's flow control (scheduler/config/flow_control.py); used with the `flowControl` gate on.
+    flow_control: FlowControlSpec | None = Field(default=None, alias="flowControl")
     parser: dict[str, Any] | None = None
 
     @field_validator("api_version")
