@@ -30,12 +30,14 @@ from scheduler import (
     load_config,
     schedule_cycles,
 )
-from scheduler.admission import admission_detectors, pool_saturated
+from scheduler.admission import admission_detectors, detector_ref, pool_saturated
+from scheduler.flowcontrol.controller import build_flow_controller
 from scheduler.hooks import RequestHooks
 from scheduler.trace import SchedulingTrace
 from serve_app.disagg import hand_off
 from serve_app.endpoint_view import EndpointView
 from serve_app.errors import GatewayError, bad_request
+from serve_app.flow_gate import FlowGate
 from serve_app.forwarder import Forwarder, UpstreamUnavailable, relay, response_headers
 from serve_app.ingress import SharedPortServer
 from serve_app.parsing import ParsedRequest, parse_request
@@ -98,7 +100,9 @@ class GatewayCore:
         self.profiles = {p.name: p.name for p in cfg.scheduling_profiles}  # handles are opaque to the handler
         self.settings = GatewaySettings.model_validate(settings)
         s = self.settings
-        self.detectors = admission_detectors(built.plugins.values(), s.saturation_queue_depth, s.saturation_kv_cache)
+        self.detectors = admission_detectors(
+            built.plugins.values(), s.saturation_queue_depth, s.saturation_kv_cache, detector_ref(cfg)
+        )
         # Detectors that keep a ledger live in this process: this replica tells them its own traffic.
         self._local_hooks = RequestHooks(self.detectors)
         # ResponseHeader plugins write from the request and the decision alone: this replica's
@@ -111,6 +115,13 @@ class GatewayCore:
         self._debug_token = s.debug_token.encode() if s.debug_token else None
         self._api_key = f"Bearer {s.api_key}".encode() if s.api_key else None
         self.recorder = MetricsRecorder()
+        # With the flowControl gate on, requests wait in this replica's queue instead of a 429.
+        fc = build_flow_controller(cfg, built.plugins, self.detectors)
+        self.flow = (
+            None
+            if fc is None
+            else FlowGate(fc, lambda: self.view.endpoints, self.recorder, self.model_label, self.priority_label)
+        )
         self.hub = hub
         self._pusher = MetricsPusher(self.recorder, f"gateway-{os.getpid()}", hub) if hub is not None else None
         self._started = False
@@ -237,20 +248,34 @@ class GatewayCore:
         self._in_flight -= 1
 
     # ---- what stateful plugins learn: the profile actors', and this replica's own detectors ----
+    # A queued request may be dispatchable after each of these (the ledger detectors moved).
     def _tell_pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         self.runner.pre_request(request, result)
         self._local_hooks.pre_request(request, result)
+        self._settle(request)
 
     def _tell_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         self.runner.response_first_token(request, endpoint_name)
         self._local_hooks.response_first_token(request, endpoint_name)
+        if self.flow is not None:
+            self.flow.pump()
 
     def _tell_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         self.runner.response_complete(request, endpoint_name)
         self._local_hooks.response_complete(request, endpoint_name)
+        if self.flow is not None:
+            self.flow.pump()
 
-    def admit(self, request: LLMRequest) -> None:
-        """No endpoint: 503. Sheddable while the pool is saturated: 429 at once."""
+    def _settle(self, request: LLMRequest) -> None:
+        if self.flow is not None:
+            self.flow.settle(request)
+
+    async def admit(self, request: LLMRequest, http: Request | None = None, size: int = 0) -> None:
+        """With flow control: wait in the queue (GatewayError if the request leaves it undispatched).
+        Without: no endpoint 503; sheddable while the pool is saturated 429 at once."""
+        if self.flow is not None:
+            await self.flow.admit(request, http, size)
+            return
         if not self.view.endpoints:
             raise GatewayError(503, "no ready model server in the pool", code=ErrorCode.SERVICE_UNAVAILABLE.value)
         if request.sheddable and pool_saturated(self.detectors, self.view.endpoints):
@@ -269,6 +294,7 @@ class GatewayCore:
             self.recorder.inc("inference_objective_request_error_total", (model, model, err.code))
             return err.response()
         response: Response | None = None
+        req: LLMRequest | None = None
         try:
             raw = await self.read_body(http)
             await self.ensure_ready()
@@ -276,7 +302,7 @@ class GatewayCore:
             req = parsed.llm_request
             model = self.model_label(req)
             self.recorder.inc("inference_objective_request_total", (model, model, self.priority_label(req.priority)))
-            self.admit(req)
+            await self.admit(req, http, len(raw))
             trace = SchedulingTrace() if self.wants_trace(http) else None
             response = await self._schedule_and_forward(parsed, path, raw, trace, started)
             return response
@@ -284,6 +310,8 @@ class GatewayCore:
             self.recorder.inc("inference_objective_request_error_total", (model, model, err.code))
             return err.response()
         finally:
+            if req is not None:
+                self._settle(req)  # a dispatched request whose scheduling failed
             if not isinstance(response, _Stream):  # a stream leaves when it ends
                 self.leave()
 
@@ -407,6 +435,7 @@ class GatewayCore:
             self.enter()
         except GatewayError as err:
             return err.response()
+        parsed: ParsedRequest | None = None
         try:
             raw = await self.read_body(http)
             await self.ensure_ready()
@@ -414,12 +443,14 @@ class GatewayCore:
             if path not in ("/v1/completions", "/v1/chat/completions"):
                 raise bad_request("'path' must be /v1/completions or /v1/chat/completions", param="path")
             parsed = parse_request(raw, dict(http.headers), path, self.settings, self.known_models())
-            self.admit(parsed.llm_request)
+            await self.admit(parsed.llm_request, http, len(raw))
             trace = SchedulingTrace() if self.wants_trace(http) else None
             result = await self.schedule(parsed.llm_request, trace)
         except GatewayError as err:
             return err.response()
         except SchedulingError as err:
+            if parsed is not None:
+                self._settle(parsed.llm_request)
             return GatewayError.from_scheduling(err).response()
         finally:
             self.leave()

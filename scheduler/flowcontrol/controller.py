@@ -235,8 +235,11 @@ class FlowController:
 
     def _leave(self, item: FlowItem, outcome: Outcome, now: float, popped: bool = False) -> None:
         band = self.bands[item.priority]
+        queue = band.flows[item.fairness_id]
         if not popped:
-            band.flows[item.fairness_id].forget(item)
+            queue.forget(item)
+        if queue.size == 0:  # an idle flow is forgotten (llm-d collects them), so ids a client picks do not pile up
+            del band.flows[item.fairness_id]
         band.size -= 1
         band.bytes -= item.byte_size
         self.size -= 1

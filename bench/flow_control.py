@@ -1,0 +1,171 @@
+"""Flow control (a queue) against shed-only admission (429 at once), in the cluster simulation.
+
+The workload: unique prompts of 128-1,024 tokens, 16-256 output tokens (the overload scenario's
+requests), Poisson arrivals at a fraction of the pool's capacity, each request independently
+(seeded) critical (priority 1, 20 %) or sheddable (priority -1) from one of two tenants
+(`x-gateway-inference-fairness-id`): `flood` sends 5x as much as `steady`. The same requests
+for every config at a given load.
+
+Per run: critical TTFT p90 (and its ratio to the same config's value at 0.5x), sheddable goodput
+(sheddable requests completed per second while arrivals last, so a queue drained after the last
+arrival does not count; a queued request is served only if dispatched within its TTL), the sheddable TTFT
+p90 that goodput came with, and Jain's fairness index between the tenants' sheddable goodput,
+each normalised by its max-min fair share of what was served (a tenant asking for less than an
+equal share is owed all it asked): 1.0 when each got its fair share.
+
+    .venv/bin/python -m bench.flow_control                       # 0.5x, 1.5x, 3x; 20 s per rung
+    .venv/bin/python -m bench.flow_control --loads 1.5 --duration 10 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.policies.epp import SchedulerRouter
+from bench.workloads import uniform_spec
+from bench.workloads.synthetic import random_prompt_workload
+from scheduler.flowcontrol.types import FAIRNESS_ID_HEADER, Outcome
+from simulator import SimRequest, make_pod_configs, run_cluster_sim
+from simulator.report import OK, percentile
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = {
+    "shed-only (configs/priority.yaml)": ROOT / "configs/priority.yaml",
+    "flow control, round-robin (bench/configs/flow-control.yaml)": ROOT / "bench/configs/flow-control.yaml",
+    "flow control, global-strict (bench/configs/flow-control-strict.yaml)": ROOT
+    / "bench/configs/flow-control-strict.yaml",
+}
+CAPACITY = 229.7  # req/s, 8 pods, this workload: docs/BENCHMARKS.md "Mixed priority under overload"
+CRITICAL_SHARE = 0.2
+FLOOD_RATIO = 5.0
+TENANTS = ("flood", "steady")
+
+
+@dataclass(slots=True)
+class Labelled:
+    requests: list[SimRequest]
+    kind: dict[str, str]  # request id -> "critical" | tenant
+
+
+def workload(rate: float, duration: float, seed: int) -> Labelled:
+    n = max(200, math.ceil(rate * duration))
+    reqs = random_prompt_workload(uniform_spec(n), rate, seed)
+    rng = random.Random(f"{seed}:tenants")
+    kind: dict[str, str] = {}
+    flood_share = (1 - CRITICAL_SHARE) * FLOOD_RATIO / (FLOOD_RATIO + 1)
+    for r in reqs:
+        u = rng.random()
+        if u < CRITICAL_SHARE:
+            r.priority, k = 1, "critical"
+        else:
+            r.priority, k = -1, "flood" if u < CRITICAL_SHARE + flood_share else "steady"
+            r.headers[FAIRNESS_ID_HEADER] = k
+        kind[r.request_id] = k
+    return Labelled(reqs, kind)
+
+
+def jain(values: list[float]) -> float:
+    total, squares = sum(values), sum(v * v for v in values)
+    return total * total / (len(values) * squares) if squares > 0 else 1.0
+
+
+def max_min_shares(served_total: float, demands: dict[str, float]) -> dict[str, float]:
+    """Water-filling: each tenant gets min(its demand, an equal split of what is left)."""
+    shares: dict[str, float] = {}
+    left, open_ = served_total, sorted(demands, key=demands.get)
+    while open_:
+        equal = left / len(open_)
+        t = open_.pop(0)
+        shares[t] = min(demands[t], equal)
+        left -= shares[t]
+    return shares
+
+
+def run_one(config: Path, load: float, labelled: Labelled, duration: float, seed: int) -> dict[str, Any]:
+    router = SchedulerRouter(config, seed=seed)
+    t0 = time.perf_counter()
+    report = run_cluster_sim(make_pod_configs(8), labelled.requests, router, seed=seed)
+    wall = time.perf_counter() - t0
+    first = min(r.arrival_time for r in labelled.requests)
+    last = max(r.arrival_time for r in labelled.requests)
+    span = last - first
+    by_kind: dict[str, list] = {"critical": [], "flood": [], "steady": []}
+    for res in report.results:
+        by_kind[labelled.kind[res.request_id]].append(res)
+    crit_ttft = sorted(r.ttft for r in by_kind["critical"] if r.status == OK)
+    shed_ok = [r for t in TENANTS for r in by_kind[t] if r.status == OK and r.arrival + r.e2e <= last]
+    served = {t: sum(1 for r in shed_ok if labelled.kind[r.request_id] == t) for t in TENANTS}
+    demand = {t: float(len(by_kind[t])) for t in TENANTS}
+    fair = max_min_shares(sum(served.values()), demand)
+    normalised = [served[t] / fair[t] if fair[t] > 0 else 1.0 for t in TENANTS]
+    outcomes: dict[str, int] = {}
+    for o in router.flow_outcomes.values():
+        outcomes[o.value] = outcomes.get(o.value, 0) + 1
+    return {
+        "load": load,
+        "requests": len(labelled.requests),
+        "critical_done": f"{len(crit_ttft)}/{len(by_kind['critical'])}",
+        "critical_ttft_p90_ms": 1000 * percentile(crit_ttft, 90) if crit_ttft else math.nan,
+        "sheddable_goodput_rps": len(shed_ok) / span,
+        "sheddable_served": served,
+        "sheddable_offered": {t: len(by_kind[t]) for t in TENANTS},
+        "sheddable_ttft_p90_ms": 1000 * percentile(sorted(r.ttft for r in shed_ok), 90) if shed_ok else math.nan,
+        "jain": jain(normalised),
+        "queue_outcomes": outcomes,
+        "rejected_capacity": outcomes.get(Outcome.REJECTED_CAPACITY.value, 0),
+        "wall_s": wall,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--capacity", type=float, default=CAPACITY, help="the pool's capacity in req/s")
+    ap.add_argument("--loads", default="0.5,1.5,3", help="fractions of capacity")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds of arrivals per rung")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default="", help="run only configs whose label contains this")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    loads = [float(x) for x in args.loads.split(",")]
+    if 0.5 not in loads:
+        loads.insert(0, 0.5)  # the reference for the critical TTFT target
+    print(f"load average at start: {os.getloadavg()}")
+    rows: list[dict[str, Any]] = []
+    for load in loads:
+        labelled = workload(load * args.capacity, args.duration, args.seed)
+        for label, path in CONFIGS.items():
+            if args.only and args.only not in label:
+                continue
+            row = {"config": label, **run_one(path, load, labelled, args.duration, args.seed)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    base = {r["config"]: r["critical_ttft_p90_ms"] for r in rows if r["load"] == 0.5}
+    shed_only = {r["load"]: r["sheddable_goodput_rps"] for r in rows if r["config"].startswith("shed-only")}
+    print(f"\nload average at end: {os.getloadavg()}\n")
+    print("| config | load | critical TTFT p90 ms (x 0.5x) | sheddable goodput req/s (x shed-only) "
+          "| sheddable TTFT p90 ms | served flood / steady (offered) | Jain |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        ratio = r["critical_ttft_p90_ms"] / base[r["config"]] if base.get(r["config"]) else math.nan
+        g = shed_only.get(r["load"])
+        gx = r["sheddable_goodput_rps"] / g if g else math.nan
+        s, o = r["sheddable_served"], r["sheddable_offered"]
+        print(
+            f"| {r['config']} | {r['load']:g}x | {r['critical_ttft_p90_ms']:.0f} ({ratio:.2f}x) "
+            f"| {r['sheddable_goodput_rps']:.1f} ({gx:.2f}x) | {r['sheddable_ttft_p90_ms']:.0f} "
+            f"| {s['flood']} / {s['steady']} ({o['flood']} / {o['steady']}) | {r['jain']:.3f} |"
+        )
+    if args.json is not None:
+        args.json.write_text(json.dumps({"capacity": args.capacity, "seed": args.seed, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
