@@ -29,20 +29,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bench.policies.epp import SchedulerRouter
 from bench.workloads import uniform_spec
 from bench.workloads.synthetic import random_prompt_workload
+from scheduler import EndpointPickerConfig, load_config
 from scheduler.flowcontrol.types import FAIRNESS_ID_HEADER, Outcome
 from simulator import SimRequest, make_pod_configs, run_cluster_sim
 from simulator.report import OK, percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {
+    "shed-only (configs/default.yaml)": ROOT / "configs/default.yaml",
     "shed-only (configs/priority.yaml)": ROOT / "configs/priority.yaml",
     "flow control, round-robin (bench/configs/flow-control.yaml)": ROOT / "bench/configs/flow-control.yaml",
     "flow control, global-strict (bench/configs/flow-control-strict.yaml)": ROOT
     / "bench/configs/flow-control-strict.yaml",
 }
+BASELINE = "shed-only (configs/priority.yaml)"  # goodput ratios are to this one, as written
 CAPACITY = 229.7  # req/s, 8 pods, this workload: docs/BENCHMARKS.md "Mixed priority under overload"
 CRITICAL_SHARE = 0.2
 FLOOD_RATIO = 5.0
@@ -89,7 +94,22 @@ def max_min_shares(served_total: float, demands: dict[str, float]) -> dict[str, 
     return shares
 
 
-def run_one(config: Path, load: float, labelled: Labelled, duration: float, seed: int) -> dict[str, Any]:
+def with_line(path: Path, tokens: int | None) -> Path | EndpointPickerConfig:
+    """The config with its prefill-backlog-detector's maxBacklogTokens set (None: as written)."""
+    if tokens is None:
+        return path
+    data = yaml.safe_load(path.read_text())
+    found = False
+    for spec in data["plugins"]:
+        if spec["type"] == "prefill-backlog-detector":
+            spec.setdefault("parameters", {})["maxBacklogTokens"] = tokens
+            found = True
+    return load_config(data) if found else path
+
+
+def run_one(
+    config: Path | EndpointPickerConfig, load: float, labelled: Labelled, duration: float, seed: int
+) -> dict[str, Any]:
     router = SchedulerRouter(config, seed=seed)
     t0 = time.perf_counter()
     report = run_cluster_sim(make_pod_configs(8), labelled.requests, router, seed=seed)
@@ -131,10 +151,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--loads", default="0.5,1.5,3", help="fractions of capacity")
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of arrivals per rung")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", default="", help="run only configs whose label contains this")
+    ap.add_argument("--only", default="", help="run only configs whose label contains one of these (comma-separated)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--lines", default="", help="comma-separated maxBacklogTokens for the prefill-backlog-detector (a sweep)"
+    )
     args = ap.parse_args(argv)
     loads = [float(x) for x in args.loads.split(",")]
+    lines: list[int | None] = [int(x) for x in args.lines.split(",")] if args.lines else [None]
     if 0.5 not in loads:
         loads.insert(0, 0.5)  # the reference for the critical TTFT target
     print(f"load average at start: {os.getloadavg()}")
@@ -142,13 +166,16 @@ def main(argv: list[str] | None = None) -> None:
     for load in loads:
         labelled = workload(load * args.capacity, args.duration, args.seed)
         for label, path in CONFIGS.items():
-            if args.only and args.only not in label:
+            if args.only and not any(part in label for part in args.only.split(",")):
                 continue
-            row = {"config": label, **run_one(path, load, labelled, args.duration, args.seed)}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            for line in lines:
+                config = with_line(path, line)
+                name = label if line is None or config is path else f"{label}, line {line}"
+                row = {"config": name, **run_one(config, load, labelled, args.duration, args.seed)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     base = {r["config"]: r["critical_ttft_p90_ms"] for r in rows if r["load"] == 0.5}
-    shed_only = {r["load"]: r["sheddable_goodput_rps"] for r in rows if r["config"].startswith("shed-only")}
+    shed_only = {r["load"]: r["sheddable_goodput_rps"] for r in rows if r["config"] == BASELINE}
     print(f"\nload average at end: {os.getloadavg()}\n")
     print("| config | load | critical TTFT p90 ms (x 0.5x) | sheddable goodput req/s (x shed-only) "
           "| sheddable TTFT p90 ms | served flood / steady (offered) | Jain |")  # fmt: skip

@@ -54,8 +54,9 @@ class FlowGate:
         self._dispatched: dict[int, FlowItem] = {}  # id(request) -> its item, until settled
         self._task: asyncio.Task | None = None
 
-    async def admit(self, request: LLMRequest, http: Any, size: int) -> None:
-        """Return once the request is dispatched; raise GatewayError if it is not."""
+    async def admit(self, request: LLMRequest, http: Any, size: int) -> FlowItem:
+        """Return once the request is dispatched (its item: when, how long it waited); raise
+        GatewayError if it is not."""
         fairness_id = request.headers.get(FAIRNESS_ID_HEADER) or DEFAULT_FAIRNESS_ID
         waiter: asyncio.Future = asyncio.get_running_loop().create_future()
         item = FlowItem(
@@ -73,6 +74,7 @@ class FlowGate:
         if item.outcome is not Outcome.DISPATCHED:
             raise _refusal(item, self.controller)
         self._dispatched[id(request)] = item
+        return item
 
     def settle(self, request: LLMRequest) -> None:
         """The request was scheduled and its PreRequest told (or it failed): the detectors see it."""

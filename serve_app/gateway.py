@@ -449,9 +449,12 @@ class GatewayCore:
         except GatewayError as err:
             return err.response()
         except SchedulingError as err:
-            if parsed is not None:
-                self._settle(parsed.llm_request)
+            self._settle(parsed.llm_request)  # type: ignore[union-attr]  (parsed before scheduling)
             return GatewayError.from_scheduling(err).response()
+        except BaseException:
+            if parsed is not None:  # a dispatched request must not hold its queue's window
+                self._settle(parsed.llm_request)
+            raise
         finally:
             self.leave()
         # Stateful plugins learn the decision (the prefix index keeps up with proxied traffic), but

@@ -33,7 +33,7 @@ import math
 import random
 from pathlib import Path
 
-from scheduler import Endpoint, LLMRequest, Metrics, Scheduler, SchedulingError, load_config_file
+from scheduler import Endpoint, EndpointPickerConfig, LLMRequest, Metrics, Scheduler, SchedulingError, load_config_file
 from scheduler.admission import admission_detectors, detector_ref, pool_saturated
 from scheduler.errors import ErrorCode
 from scheduler.flowcontrol.controller import build_flow_controller
@@ -47,8 +47,14 @@ PREFILL_PROFILE = "prefill"
 
 
 class SchedulerRouter:
-    def __init__(self, config: str | Path | Scheduler, *, admission: bool = True, seed: int = 0) -> None:
-        cfg = None if isinstance(config, Scheduler) else load_config_file(config)
+    def __init__(
+        self, config: str | Path | EndpointPickerConfig | Scheduler, *, admission: bool = True, seed: int = 0
+    ) -> None:
+        cfg = None
+        if isinstance(config, EndpointPickerConfig):
+            cfg = config
+        elif not isinstance(config, Scheduler):
+            cfg = load_config_file(config)
         self.scheduler = config if isinstance(config, Scheduler) else Scheduler.from_config(cfg)
         self.admission = admission
         self.now = 0.0
