@@ -3,13 +3,15 @@
 The workload: unique prompts of 128-1,024 tokens, 16-256 output tokens (the overload scenario's
 requests), Poisson arrivals at a fraction of the pool's capacity, each request independently
 (seeded) critical (priority 1, 20 %) or sheddable (priority -1) from one of two tenants
-(`x-gateway-inference-fairness-id`): `flood` sends 5x as much as `steady`. The same requests
+(`x-gateway-inference-fairness-id`): `flood` sends 5x as much as `steady` (`--critical-share`
+0.5 is the overload scenario's half-and-half mix). The same requests
 for every config at a given load.
 
-Per run: critical TTFT p90 (and its ratio to the same config's value at 0.5x), sheddable goodput
-(sheddable requests completed per second while arrivals last, so a queue drained after the last
-arrival does not count; a queued request is served only if dispatched within its TTL), the sheddable TTFT
-p90 that goodput came with, and Jain's fairness index between the tenants' sheddable goodput,
+Per run, in the steady state (the window from `WARMUP_S` after the first arrival to the last
+arrival): critical TTFT p90 of the critical requests that arrived in it (and its ratio to the same
+config's value at 0.5x); sheddable goodput, sheddable requests completed per second of the window
+(by completion time: what the pool delivers while the load lasts, whatever a queue holds at the
+edges); the sheddable TTFT p90 of those; and Jain's fairness index between the tenants' goodput,
 each normalised by its max-min fair share of what was served (a tenant asking for less than an
 equal share is owed all it asked): 1.0 when each got its fair share.
 
@@ -52,6 +54,7 @@ CAPACITY = 229.7  # req/s, 8 pods, this workload: docs/BENCHMARKS.md "Mixed prio
 CRITICAL_SHARE = 0.2
 FLOOD_RATIO = 5.0
 TENANTS = ("flood", "steady")
+WARMUP_S = 5.0  # a few request lifetimes plus the queue's 2 s TTL
 
 
 @dataclass(slots=True)
@@ -60,18 +63,18 @@ class Labelled:
     kind: dict[str, str]  # request id -> "critical" | tenant
 
 
-def workload(rate: float, duration: float, seed: int) -> Labelled:
+def workload(rate: float, duration: float, seed: int, critical_share: float = CRITICAL_SHARE) -> Labelled:
     n = max(200, math.ceil(rate * duration))
     reqs = random_prompt_workload(uniform_spec(n), rate, seed)
     rng = random.Random(f"{seed}:tenants")
     kind: dict[str, str] = {}
-    flood_share = (1 - CRITICAL_SHARE) * FLOOD_RATIO / (FLOOD_RATIO + 1)
+    flood_share = (1 - critical_share) * FLOOD_RATIO / (FLOOD_RATIO + 1)
     for r in reqs:
         u = rng.random()
-        if u < CRITICAL_SHARE:
+        if u < critical_share:
             r.priority, k = 1, "critical"
         else:
-            r.priority, k = -1, "flood" if u < CRITICAL_SHARE + flood_share else "steady"
+            r.priority, k = -1, "flood" if u < critical_share + flood_share else "steady"
             r.headers[FAIRNESS_ID_HEADER] = k
         kind[r.request_id] = k
     return Labelled(reqs, kind)
@@ -114,16 +117,21 @@ def run_one(
     t0 = time.perf_counter()
     report = run_cluster_sim(make_pod_configs(8), labelled.requests, router, seed=seed)
     wall = time.perf_counter() - t0
-    first = min(r.arrival_time for r in labelled.requests)
-    last = max(r.arrival_time for r in labelled.requests)
-    span = last - first
-    by_kind: dict[str, list] = {"critical": [], "flood": [], "steady": []}
+    start = min(r.arrival_time for r in labelled.requests) + WARMUP_S
+    end = max(r.arrival_time for r in labelled.requests)
+    span = end - start
+    arrived: dict[str, list] = {"critical": [], "flood": [], "steady": []}  # arrived in the window
+    done: dict[str, list] = {"critical": [], "flood": [], "steady": []}  # completed in the window
     for res in report.results:
-        by_kind[labelled.kind[res.request_id]].append(res)
-    crit_ttft = sorted(r.ttft for r in by_kind["critical"] if r.status == OK)
-    shed_ok = [r for t in TENANTS for r in by_kind[t] if r.status == OK and r.arrival + r.e2e <= last]
-    served = {t: sum(1 for r in shed_ok if labelled.kind[r.request_id] == t) for t in TENANTS}
-    demand = {t: float(len(by_kind[t])) for t in TENANTS}
+        kind = labelled.kind[res.request_id]
+        if start <= res.arrival <= end:
+            arrived[kind].append(res)
+        if res.status == OK and start <= res.arrival + res.e2e <= end:
+            done[kind].append(res)
+    crit_ttft = sorted(r.ttft for r in arrived["critical"] if r.status == OK)
+    shed_ok = [r for t in TENANTS for r in done[t]]
+    served = {t: len(done[t]) for t in TENANTS}
+    demand = {t: float(len(arrived[t])) for t in TENANTS}
     fair = max_min_shares(sum(served.values()), demand)
     normalised = [served[t] / fair[t] if fair[t] > 0 else 1.0 for t in TENANTS]
     outcomes: dict[str, int] = {}
@@ -132,11 +140,11 @@ def run_one(
     return {
         "load": load,
         "requests": len(labelled.requests),
-        "critical_done": f"{len(crit_ttft)}/{len(by_kind['critical'])}",
+        "critical_done": f"{len(crit_ttft)}/{len(arrived['critical'])}",
         "critical_ttft_p90_ms": 1000 * percentile(crit_ttft, 90) if crit_ttft else math.nan,
         "sheddable_goodput_rps": len(shed_ok) / span,
         "sheddable_served": served,
-        "sheddable_offered": {t: len(by_kind[t]) for t in TENANTS},
+        "sheddable_offered": {t: len(arrived[t]) for t in TENANTS},
         "sheddable_ttft_p90_ms": 1000 * percentile(sorted(r.ttft for r in shed_ok), 90) if shed_ok else math.nan,
         "jain": jain(normalised),
         "queue_outcomes": outcomes,
@@ -151,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--loads", default="0.5,1.5,3", help="fractions of capacity")
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of arrivals per rung")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--critical-share", type=float, default=CRITICAL_SHARE, help="share of requests that are critical")
     ap.add_argument("--only", default="", help="run only configs whose label contains one of these (comma-separated)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument(
@@ -164,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"load average at start: {os.getloadavg()}")
     rows: list[dict[str, Any]] = []
     for load in loads:
-        labelled = workload(load * args.capacity, args.duration, args.seed)
+        labelled = workload(load * args.capacity, args.duration, args.seed, args.critical_share)
         for label, path in CONFIGS.items():
             if args.only and not any(part in label for part in args.only.split(",")):
                 continue
@@ -191,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
             f"| {s['flood']} / {s['steady']} ({o['flood']} / {o['steady']}) | {r['jain']:.3f} |"
         )
     if args.json is not None:
-        args.json.write_text(json.dumps({"capacity": args.capacity, "seed": args.seed, "rows": rows}, indent=1))
+        meta = {"capacity": args.capacity, "seed": args.seed, "critical_share": args.critical_share}
+        args.json.write_text(json.dumps({**meta, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
