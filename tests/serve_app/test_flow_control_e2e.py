@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.ray
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-TTL_S = 1.5
+TTL_S = 2.5
 CONFIG = f"""
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
@@ -62,9 +62,10 @@ def metric(client: httpx.Client, line: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def saturating_stream(client: httpx.Client, words: int):
-    """A critical streamed request whose prompt holds the ledger over the line until its first token."""
-    body = {"model": MODEL, "prompt": "long " * words, "max_tokens": 3, "stream": True}
+def saturating_stream(client: httpx.Client, words: int, word: str = "long "):
+    """A critical streamed request whose prompt holds the ledger over the line until its first token
+    (a prompt the pods have not cached: a cached one would answer at once)."""
+    body = {"model": MODEL, "prompt": word * words, "max_tokens": 3, "stream": True}
     return client.stream("POST", "/v1/completions", json=body, headers={"x-gateway-inference-objective": "chat"})
 
 
@@ -84,10 +85,13 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:
 
 def test_queued_then_served_ttl_and_capacity_answers_and_disconnect(client, gateway):
     queued = QUEUED.format(m=MODEL)
-    count = DURATION_COUNT.format(m=MODEL, o="{o}")
+
+    def count(outcome: str) -> str:
+        return DURATION_COUNT.format(m=MODEL, o=outcome)
+
     with ThreadPoolExecutor(4) as pool:
-        # 1. queued, then served: ~300 prompt tokens (a short prefill) keep the pool saturated
-        with saturating_stream(client, 250) as stream:
+        # 1. queued, then served: ~1,000 prompt tokens (~1 s of prefill here) keep the pool saturated
+        with saturating_stream(client, 800) as stream:
             assert stream.status_code == 200
             waiting = pool.submit(sheddable, gateway.url)
             assert wait_for(lambda: metric(client, queued) == 1.0), "the sheddable request was not queued"
@@ -95,11 +99,11 @@ def test_queued_then_served_ttl_and_capacity_answers_and_disconnect(client, gate
                 pass
         served = waiting.result(timeout=30)
         assert served.status_code == 200, served.text
-        assert metric(client, count.format(o="Dispatched")) >= 1.0
+        assert metric(client, count("Dispatched")) >= 1.0
         assert metric(client, queued) == 0.0
 
-        # 2. TTL and capacity: ~2,000 prompt tokens take longer than the TTL to prefill
-        with saturating_stream(client, 1600) as stream:
+        # 2. TTL and capacity: ~5,000 prompt tokens take longer than the TTL to prefill
+        with saturating_stream(client, 4000) as stream:
             assert stream.status_code == 200
             waiting = pool.submit(sheddable, gateway.url)
             assert wait_for(lambda: metric(client, queued) == 1.0)
@@ -115,12 +119,14 @@ def test_queued_then_served_ttl_and_capacity_answers_and_disconnect(client, gate
                 pass
 
         # 3. a client that disconnects leaves the queue at once, not at its TTL
-        with saturating_stream(client, 1600) as stream:
+        with saturating_stream(client, 4000, "other ") as stream:
             assert stream.status_code == 200
-            before = metric(client, count.format(o="EvictedContextCancelled"))
+            before = metric(client, count("EvictedContextCancelled"))
+            gone = pool.submit(sheddable, gateway.url, 1.0)
+            assert wait_for(lambda: metric(client, queued) == 1.0)
             with pytest.raises(httpx.ReadTimeout):
-                sheddable(gateway.url, timeout=0.4)
-            assert wait_for(lambda: metric(client, count.format(o="EvictedContextCancelled")) == before + 1, 1.0)
+                gone.result(timeout=30)
+            assert wait_for(lambda: metric(client, count("EvictedContextCancelled")) == before + 1, 1.0)
             assert metric(client, queued) == 0.0
             # it left within the TTL: counted in a bucket below it
             le = 'inference_extension_flow_control_request_queue_duration_seconds_bucket{{fairness_id="tenant-a",inference_pool="default",le="1.0",model_name="{m}",outcome="EvictedContextCancelled",priority="-1",target_model_name="{m}"}}'  # noqa: E501
