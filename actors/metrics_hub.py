@@ -57,6 +57,8 @@ REQUEST_BUCKETS = (
     3600,
 )
 
+QUEUE_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
 # name -> (kind, help, label names, buckets)
 METRICS: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...]]] = {
     "inference_extension_scheduler_e2e_duration_seconds": (
@@ -106,6 +108,26 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...]]] = {
         "Inference objective number of running requests in each model.",
         ("model_name",),
         (),
+    ),
+    # Flow control (GIE's names and labels, pkg/epp/metrics in llm-d-router): requests and bytes
+    # waiting now, and how long each waited until its outcome (Dispatched, EvictedTTL, ...).
+    "inference_extension_flow_control_queue_size": (
+        "gauge",
+        "Current number of requests actively held in the Flow Control queue.",
+        ("fairness_id", "priority", "inference_pool", "model_name", "target_model_name"),
+        (),
+    ),
+    "inference_extension_flow_control_queue_bytes": (
+        "gauge",
+        "Current total size in bytes of requests actively held in the Flow Control queue.",
+        ("fairness_id", "priority", "inference_pool", "model_name", "target_model_name"),
+        (),
+    ),
+    "inference_extension_flow_control_request_queue_duration_seconds": (
+        "histogram",
+        "Distribution of total time requests spend in the Flow Control layer (from enqueue to final outcome).",
+        ("fairness_id", "priority", "outcome", "inference_pool", "model_name", "target_model_name"),
+        QUEUE_BUCKETS,
     ),
     "disagg_decision_total": ("counter", "Prefill/decode disaggregation decisions.", ("decision",), ()),
     "disagg_prefill_failure_total": ("counter", "Prefill calls that failed, by what happened next.", ("outcome",), ()),

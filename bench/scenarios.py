@@ -25,7 +25,7 @@ NEAR_SATURATION = 0.9
 
 ALL_PEERS = ("round-robin", "random", "least-queue", "power-of-two", "ray-prefix-affinity", "sglang-cache-aware")
 OURS = ("epp-default", "epp-gie-default", "epp-legacy-filter-tree")
-EXPERIMENTS = ("epp-strict-admission",)  # bench/configs: not shipped, measured to show what would close a gap
+EXPERIMENTS = ("epp-strict-admission", "epp-flow-control")  # bench/configs: not shipped, measured beside ours
 
 WorkloadFn = Callable[[float, int, int], list[SimRequest]]  # (rate, seed, requests) -> requests
 

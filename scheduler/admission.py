@@ -9,7 +9,10 @@ applies, and a ledger detector (e.g. `prefill-backlog-detector`) can only make a
 The pool is saturated when any detector says so. A config that names its detector
 (flowControl.saturationDetector, or llm-d's deprecated top-level saturationDetector) gets that one
 alone, as llm-d's loader wires exactly the named plugin, plus any llm-d Admitter (a detector with
-`per_request`, asked for every sheddable request as llm-d's admission plugins are)."""
+`per_request`, asked for every sheddable request as llm-d's admission plugins are).
+
+With the `flowControl` gate on, the same detectors gate the flow-control queue's dispatch
+(scheduler/flowcontrol/controller.py) instead of shedding."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from scheduler.cycle_state import CycleState
+from scheduler.flowcontrol.types import FlowItem, FlowQueue
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult, ScoredEndpoint
 
 P = TypeVar("P", bound="Plugin")
@@ -179,8 +180,9 @@ class ResponseHeader(Plugin):
 
 class SaturationDetector(Plugin):
     """Says whether the pool is saturated (GIE's SaturationDetector): the gateway then sheds
-    sheddable requests (priority < 0) with 429 before scheduling them. Declared in `plugins`;
-    it need not be in a profile (scheduler/admission.py collects them).
+    sheddable requests (priority < 0) with 429 before scheduling them, or, with flow control on,
+    holds every request in its queue. Declared in `plugins`; it need not be in a profile
+    (scheduler/admission.py collects them).
 
     `per_request` marks llm-d's Admitters modelled as detectors (e.g. `probabilistic-admitter`):
     asked once per sheddable request, always, even when the config names its saturation detector."""
@@ -189,6 +191,25 @@ class SaturationDetector(Plugin):
 
     @abstractmethod
     def is_pool_saturated(self, endpoints: list[Endpoint]) -> bool: ...
+
+
+class OrderingPolicy(Plugin):
+    """Orders the requests within one flow's queue (GIE / llm-d flow control's OrderingPolicy):
+    the smallest key is dispatched first. One policy per priority band, so every flow of a band
+    compares alike."""
+
+    @abstractmethod
+    def key(self, item: FlowItem) -> tuple: ...
+
+
+class FairnessPolicy(Plugin):
+    """Chooses which flow of a priority band dispatches next (GIE / llm-d flow control's
+    FairnessPolicy). `flows` are the band's non-empty queues in a stable order; `state` is the
+    band's own scratch space for a policy that keeps some (a round-robin cursor), so one policy
+    instance can serve several bands."""
+
+    @abstractmethod
+    def pick(self, flows: list[FlowQueue], state: dict[str, Any]) -> FlowQueue: ...
 
 
 class PDDecider(Plugin):
@@ -220,7 +241,7 @@ class PluginTimer(Protocol):
 
 ROLES: tuple[type[Plugin], ...] = (
     Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
-    ResponseComplete, ResponseHeader,
+    ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy,
 )  # fmt: skip
 
 

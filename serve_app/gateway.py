@@ -32,12 +32,14 @@ from scheduler import (
     schedule_cycles,
 )
 from scheduler.admission import admission_detectors, pool_saturated
+from scheduler.flowcontrol.controller import build_flow_controller
 from scheduler.hooks import RequestHooks
 from scheduler.trace import SchedulingTrace
 from serve_app.admin import AdminApi, admin_router
 from serve_app.disagg import hand_off
 from serve_app.endpoint_view import EndpointView
 from serve_app.errors import GatewayError, bad_request
+from serve_app.flow_gate import FlowGate
 from serve_app.forwarder import Forwarder, UpstreamUnavailable, relay, response_headers
 from serve_app.ingress import SharedPortServer
 from serve_app.parsing import ParsedRequest, parse_request
@@ -116,6 +118,13 @@ class GatewayCore:
         self._api_key = f"Bearer {s.api_key}".encode() if s.api_key else None
         self.admin = AdminApi(s.admin_token, datastore)
         self.recorder = MetricsRecorder()
+        # With the flowControl gate on, requests wait in this replica's queue instead of a 429.
+        fc = build_flow_controller(cfg, built.plugins, self.detectors)
+        self.flow = (
+            None
+            if fc is None
+            else FlowGate(fc, lambda: self.view.endpoints, self.recorder, self.model_label, self.priority_label)
+        )
         self.hub = hub
         self._pusher = MetricsPusher(self.recorder, f"gateway-{os.getpid()}", hub) if hub is not None else None
         self._started = False
@@ -242,20 +251,34 @@ class GatewayCore:
         self._in_flight -= 1
 
     # ---- what stateful plugins learn: the profile actors', and this replica's own detectors ----
+    # A queued request may be dispatchable after each of these (the ledger detectors moved).
     def _tell_pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         self.runner.pre_request(request, result)
         self._local_hooks.pre_request(request, result)
+        self._settle(request)
 
     def _tell_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         self.runner.response_first_token(request, endpoint_name)
         self._local_hooks.response_first_token(request, endpoint_name)
+        if self.flow is not None:
+            self.flow.pump()
 
     def _tell_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         self.runner.response_complete(request, endpoint_name)
         self._local_hooks.response_complete(request, endpoint_name)
+        if self.flow is not None:
+            self.flow.pump()
 
-    def admit(self, request: LLMRequest) -> None:
-        """No endpoint: 503. Sheddable while the pool is saturated: 429 at once."""
+    def _settle(self, request: LLMRequest) -> None:
+        if self.flow is not None:
+            self.flow.settle(request)
+
+    async def admit(self, request: LLMRequest, http: Request | None = None, size: int = 0) -> None:
+        """With flow control: wait in the queue (GatewayError if the request leaves it undispatched).
+        Without: no endpoint 503; sheddable while the pool is saturated 429 at once."""
+        if self.flow is not None:
+            await self.flow.admit(request, http, size)
+            return
         if not self.view.endpoints:
             raise GatewayError(503, "no ready model server in the pool", code=ErrorCode.SERVICE_UNAVAILABLE.value)
         if request.sheddable and pool_saturated(self.detectors, self.view.endpoints):
@@ -274,6 +297,7 @@ class GatewayCore:
             self.recorder.inc("inference_objective_request_error_total", (model, model, err.code))
             return err.response()
         response: Response | None = None
+        req: LLMRequest | None = None
         try:
             raw = await self.read_body(http)
             await self.ensure_ready()
@@ -281,7 +305,7 @@ class GatewayCore:
             req = parsed.llm_request
             model = self.model_label(req)
             self.recorder.inc("inference_objective_request_total", (model, model, self.priority_label(req.priority)))
-            self.admit(req)
+            await self.admit(req, http, len(raw))
             trace = SchedulingTrace() if self.wants_trace(http) else None
             response = await self._schedule_and_forward(parsed, path, raw, trace, started)
             return response
@@ -289,6 +313,8 @@ class GatewayCore:
             self.recorder.inc("inference_objective_request_error_total", (model, model, err.code))
             return err.response()
         finally:
+            if req is not None:
+                self._settle(req)  # a dispatched request whose scheduling failed
             if not isinstance(response, _Stream):  # a stream leaves when it ends
                 self.leave()
 
@@ -412,6 +438,7 @@ class GatewayCore:
             self.enter()
         except GatewayError as err:
             return err.response()
+        parsed: ParsedRequest | None = None
         try:
             raw = await self.read_body(http)
             await self.ensure_ready()
@@ -419,13 +446,18 @@ class GatewayCore:
             if path not in ("/v1/completions", "/v1/chat/completions"):
                 raise bad_request("'path' must be /v1/completions or /v1/chat/completions", param="path")
             parsed = parse_request(raw, dict(http.headers), path, self.settings, self.known_models())
-            self.admit(parsed.llm_request)
+            await self.admit(parsed.llm_request, http, len(raw))
             trace = SchedulingTrace() if self.wants_trace(http) else None
             result = await self.schedule(parsed.llm_request, trace)
         except GatewayError as err:
             return err.response()
         except SchedulingError as err:
+            self._settle(parsed.llm_request)  # type: ignore[union-attr]  (parsed before scheduling)
             return GatewayError.from_scheduling(err).response()
+        except BaseException:
+            if parsed is not None:  # a dispatched request must not hold its queue's window
+                self._settle(parsed.llm_request)
+            raise
         finally:
             self.leave()
         # Stateful plugins learn the decision (the prefix index keeps up with proxied traffic), but

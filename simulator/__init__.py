@@ -7,7 +7,7 @@ the standard library, aiohttp, prometheus-client, pydantic and pyyaml.
 
 from simulator.baselines import BASELINES, LeastQueue, PowerOfTwo, RandomRouter, RoundRobin
 from simulator.cli import add_sim_arguments, main, run_sim
-from simulator.cluster_sim import ClusterSim, PodView, RouteDecision, Router, SimRequest, run_cluster_sim
+from simulator.cluster_sim import HOLD, ClusterSim, PodView, RouteDecision, Router, SimRequest, run_cluster_sim
 from simulator.config import (
     DEFAULT_MODEL,
     ROLE_LABEL,
@@ -28,6 +28,7 @@ __all__ = [
     "BASELINES",
     "CHARS_PER_TOKEN",
     "DEFAULT_MODEL",
+    "HOLD",
     "POD_HEADER",
     "ROLE_LABEL",
     "ClusterSim",

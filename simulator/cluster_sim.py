@@ -6,6 +6,11 @@ pods' metrics as a scraper polling every `scrape_interval` seconds last saw them
 at its own seeded phase), so routing on stale metrics has its real consequences. A router may
 answer a pod name, None (shed the request), or a (prefill_pod, decode_pod) pair: the prefill pod
 runs the prompt, the decode pod pulls the KV (paying the transfer time) and generates.
+
+A router with a queue (flow control) may answer `HOLD`: it keeps the request and hands it back
+later from `poll(pods, now)`, a list of (request, decision) pairs, which the simulation calls
+after every event while the router holds requests, and at the time `next_poll()` names (e.g.
+the oldest request's TTL). A held request's times (TTFT, queue wait) count from its arrival.
 """
 
 from __future__ import annotations
@@ -24,7 +29,16 @@ from simulator.engine import Engine, EngineRequest
 from simulator.report import DROPPED, OK, REJECTED, PodStats, RequestResult, SimReport
 from simulator.tokens import Prompt, count_tokens, flatten_messages
 
-RouteDecision = str | tuple[str | None, str] | None
+
+class _Hold:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HOLD"
+
+
+HOLD = _Hold()  # a router's answer: "I keep this request; poll() hands it back"
+RouteDecision = str | tuple[str | None, str] | _Hold | None
 
 
 @dataclass(slots=True, eq=False)
@@ -104,6 +118,7 @@ class Router(Protocol):
 RouteFn = Callable[[SimRequest, list[PodView], float], RouteDecision]
 CompleteFn = Callable[[SimRequest, str | None, RequestResult], None]
 FirstTokenFn = Callable[[SimRequest, str, float], None]
+PollFn = Callable[[list[PodView], float], list[tuple[SimRequest, RouteDecision]]]
 
 
 @dataclass(slots=True)
@@ -116,7 +131,7 @@ class _Flight:
     prefill_er: EngineRequest | None = None
 
 
-_STEP, _TIMER, _SCRAPE = 0, 1, 2
+_STEP, _TIMER, _SCRAPE, _WAKE = 0, 1, 2, 3
 
 
 class ClusterSim:
@@ -141,6 +156,8 @@ class ClusterSim:
         self.on_complete = on_complete or getattr(router, "on_complete", None)
         # Called when a request's first token reaches the client (from the decode pod, under P/D).
         self.on_first_token = on_first_token or getattr(router, "on_first_token", None)
+        self.poll: PollFn | None = getattr(router, "poll", None)  # routers that may answer HOLD
+        self.next_poll: Callable[[], float] | None = getattr(router, "next_poll", None)
         self.scrape_interval = scrape_interval
         self.seed = seed
         self.max_steps = max_steps
@@ -174,8 +191,9 @@ class _Run:
     at the same instant join the same batch."""
 
     __slots__ = (
-        "arrivals", "dirty", "engines", "heap", "interval", "is_dirty", "live", "next_arrival",
+        "arrivals", "dirty", "engines", "heap", "held", "interval", "is_dirty", "live", "next_arrival",
         "outstanding", "requests_per_pod", "results", "scraped_ver", "seq", "sim", "step_ver", "timer_at", "views",
+        "wake_at",
     )  # fmt: skip
 
     def __init__(self, sim: ClusterSim, arrivals: list[SimRequest]) -> None:
@@ -195,6 +213,8 @@ class _Run:
         self.is_dirty = [False] * n
         self.results: list[RequestResult] = []
         self.outstanding = 0  # admitted requests not finished yet
+        self.held = 0  # requests the router answered HOLD for and has not handed back
+        self.wake_at = math.inf  # the _WAKE event in the heap for the router's next_poll
         self.live = 0  # step and timer events in the heap; none left with requests outstanding = stuck
         self.interval = sim.scrape_interval
         if self.interval > 0:
@@ -206,7 +226,7 @@ class _Run:
     # -- the loop
 
     def loop(self) -> None:
-        while self.next_arrival < len(self.arrivals) or self.outstanding > 0:
+        while self.next_arrival < len(self.arrivals) or self.outstanding > 0 or self.held > 0:
             t_arr = self._next_arrival_time()
             t_ev = self.heap[0][0] if self.heap else math.inf
             if t_arr == math.inf and t_ev == math.inf:
@@ -217,6 +237,8 @@ class _Run:
                 now = self.sim.now = t_arr
                 self._arrive(self.arrivals[self.next_arrival], now)
                 self.next_arrival += 1
+            if self.held:
+                self._poll(now)
             next_time = min(self.heap[0][0] if self.heap else math.inf, self._next_arrival_time())
             if self.dirty and next_time > now:  # every event at `now` is in: start the steps
                 self._start_steps(now)
@@ -240,6 +262,9 @@ class _Run:
         self.sim.now = now
         if kind == _SCRAPE:
             self._scrape(i, now)
+            return now
+        if kind == _WAKE:
+            self.wake_at = math.inf
             return now
         self.live -= 1
         if kind == _STEP:
@@ -290,7 +315,7 @@ class _Run:
         self.dirty.clear()
 
     def _check_stalled(self) -> None:
-        if self.live == 0 and self.next_arrival == len(self.arrivals) and self.outstanding > 0:
+        if self.live == 0 and self.next_arrival == len(self.arrivals) and self.outstanding > 0 and not self.held:
             raise RuntimeError(f"simulation stalled: {self.outstanding} requests can never be scheduled")
 
     # -- requests
@@ -300,6 +325,24 @@ class _Run:
             for eng, view in zip(self.engines, self.views, strict=True):
                 view.metrics, view.scraped_at = eng.snapshot(), now
         decision = self.sim.route(req, self.views, now)
+        if decision is HOLD:
+            if self.sim.poll is None:
+                raise TypeError("the router answered HOLD but has no poll()")
+            self.held += 1
+            return
+        self._admit(req, decision, now)
+
+    def _poll(self, now: float) -> None:
+        """Take back what a queueing router releases now, and wake at its next deadline."""
+        for req, decision in self.sim.poll(self.views, now):  # type: ignore[misc]
+            self.held -= 1
+            self._admit(req, decision, now)
+        wake = self.sim.next_poll() if self.held and self.sim.next_poll is not None else math.inf
+        if wake < self.wake_at:
+            self.wake_at = wake
+            heapq.heappush(self.heap, (max(wake, now), next(self.seq), _WAKE, -1, 0))
+
+    def _admit(self, req: SimRequest, decision: RouteDecision, now: float) -> None:
         if decision is None:
             self._record(RequestResult(req.request_id, req.model, DROPPED, req.arrival_time), req, counted=False)
             return

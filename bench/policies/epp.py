@@ -17,19 +17,29 @@
 * `Scheduler.schedule` runs the PreRequest hooks, so the prefix index learns each decision;
   `on_first_token` calls `response_first_token` (the gateway sees the first streamed chunk) and
   `on_complete` calls `response_complete` for plugins that count work in flight.
+* Flow control, as the gateway runs it, when the config turns the `flowControl` gate on: every
+  request is enqueued (its fairness id from `x-gateway-inference-fairness-id`, its size the JSON
+  body's) and the router answers HOLD; the simulation polls after every event and the queue
+  dispatches, in virtual time, while the detectors say the pool is not saturated. A dispatched
+  request is scheduled at once (so a ledger detector sees it before the next dispatch); one
+  rejected for capacity or evicted on TTL is a shed (`flow_outcomes` says which).
 * P/D configs: when the result has a prefill target (the handler's prefill profile, else GIE's
   "prefill"), the answer is (prefill pod, decode pod)."""
 
 from __future__ import annotations
 
+import json
+import math
 import random
 from pathlib import Path
 
-from scheduler import Endpoint, LLMRequest, Metrics, Scheduler, SchedulingError, load_config_file
+from scheduler import Endpoint, EndpointPickerConfig, LLMRequest, Metrics, Scheduler, SchedulingError, load_config_file
 from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.errors import ErrorCode
+from scheduler.flowcontrol.controller import build_flow_controller
+from scheduler.flowcontrol.types import DEFAULT_FAIRNESS_ID, FAIRNESS_ID_HEADER, FlowItem, Outcome
 from scheduler.types import SchedulingResult
-from simulator import PodView, RequestResult, SimRequest
+from simulator import HOLD, PodView, RequestResult, RouteDecision, SimRequest
 
 # Virtual time + this is what the scheduler's clocks read: update_time 0 means "not tracked".
 VIRTUAL_EPOCH = 1_000_000.0
@@ -37,8 +47,15 @@ PREFILL_PROFILE = "prefill"
 
 
 class SchedulerRouter:
-    def __init__(self, config: str | Path | Scheduler, *, admission: bool = True, seed: int = 0) -> None:
-        self.scheduler = config if isinstance(config, Scheduler) else Scheduler.from_config(load_config_file(config))
+    def __init__(
+        self, config: str | Path | EndpointPickerConfig | Scheduler, *, admission: bool = True, seed: int = 0
+    ) -> None:
+        cfg = None
+        if isinstance(config, EndpointPickerConfig):
+            cfg = config
+        elif not isinstance(config, Scheduler):
+            cfg = load_config_file(config)
+        self.scheduler = config if isinstance(config, Scheduler) else Scheduler.from_config(cfg)
         self.admission = admission
         self.now = 0.0
         clock = self.virtual_clock
@@ -53,6 +70,12 @@ class SchedulerRouter:
         self.detectors = admission_detectors(self.scheduler.plugins.values(), named=self.scheduler.saturation_detector)
         for detector in self.detectors:
             detector.clock = clock  # type: ignore[attr-defined]
+        self.flow = None
+        if cfg is not None and admission:
+            self.flow = build_flow_controller(cfg, self.scheduler.plugins, self.detectors, clock=lambda: self.now)
+        self.flow_outcomes: dict[str, Outcome] = {}
+        self._released: list[tuple[SimRequest, RouteDecision]] = []
+        self._pumping_on: list[Endpoint] = []
         self.shed: set[str] = set()
         self.errors: dict[str, str] = {}
         self._endpoints: dict[str, tuple[dict, float, Endpoint]] = {}
@@ -82,9 +105,14 @@ class SchedulerRouter:
             headers=dict(request.headers),
             priority=request.priority,
         )
+        if self.flow is not None:
+            return self._enqueue(request, req, endpoints)
         if self.admission and req.sheddable and pool_saturated(self.detectors, endpoints):
             self.shed.add(request.request_id)
             return None
+        return self._schedule(request, req, endpoints)
+
+    def _schedule(self, request: SimRequest, req: LLMRequest, endpoints: list[Endpoint]) -> RouteDecision:
         try:
             result = self.scheduler.schedule(req, endpoints)
         except SchedulingError as err:
@@ -97,6 +125,53 @@ class SchedulerRouter:
         decode = result.target.name
         prefill = prefill_target(result)
         return (prefill, decode) if prefill is not None and prefill != decode else decode
+
+    # ---- flow control ----------------------------------------------------------------------------
+    def _enqueue(self, request: SimRequest, req: LLMRequest, endpoints: list[Endpoint]) -> RouteDecision:
+        assert self.flow is not None
+        fairness_id = next((v for k, v in request.headers.items() if k.lower() == FAIRNESS_ID_HEADER), "")
+        item = FlowItem(
+            request.request_id,
+            req.priority,
+            fairness_id or DEFAULT_FAIRNESS_ID,
+            len(json.dumps(request.body)),
+            payload=(request, req),
+            on_outcome=self._left_queue,
+        )
+        if self.flow.enqueue(item) is not None:
+            self.flow_outcomes[request.request_id] = Outcome.REJECTED_CAPACITY
+            self.shed.add(request.request_id)
+            return None
+        self._pump(endpoints)
+        return HOLD
+
+    def _pump(self, endpoints: list[Endpoint]) -> None:
+        assert self.flow is not None
+        self._pumping_on = endpoints
+        self.flow.pump(endpoints)
+
+    def _left_queue(self, item: FlowItem) -> None:
+        """A request leaves the queue: dispatched ones are scheduled now, before the next dispatch."""
+        assert self.flow is not None and item.outcome is not None
+        request, req = item.payload
+        self.flow_outcomes[request.request_id] = item.outcome
+        decision: RouteDecision = None
+        if item.outcome is Outcome.DISPATCHED:
+            decision = self._schedule(request, req, self._pumping_on)
+            self.flow.settled(item)
+        else:
+            self.shed.add(request.request_id)
+        self._released.append((request, decision))
+
+    def poll(self, pods: list[PodView], now: float) -> list[tuple[SimRequest, RouteDecision]]:
+        if self.flow is not None:
+            self.now = now
+            self._pump([self.endpoint(p) for p in pods])
+        released, self._released = self._released, []
+        return released
+
+    def next_poll(self) -> float:
+        return self.flow.next_deadline() if self.flow is not None else math.inf
 
     def on_first_token(self, request: SimRequest, pod: str, now: float) -> None:
         req = self._requests.get(request.request_id)

@@ -4,6 +4,7 @@ Every mistake becomes one line of a ConfigError naming the plugin and the field;
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +12,30 @@ import yaml
 from pydantic import ValidationError
 
 from scheduler.config.build import build_plugins
+from scheduler.config.flow_control import (
+    DEFAULT_FAIRNESS_POLICY,
+    DEFAULT_ORDERING_POLICY,
+    FEATURE_GATE,
+    PriorityBandSpec,
+    parse_feature_gates,
+)
 from scheduler.config.models import EndpointPickerConfig, PluginSpec, ProfilePluginRef, SchedulingProfileSpec
 from scheduler.config.refused import refusal
 from scheduler.config.sections import check_sections
 from scheduler.errors import ConfigError
-from scheduler.interfaces import Filter, Picker, Plugin, ProfileHandler, Scorer, roles_of
+from scheduler.interfaces import (
+    FairnessPolicy,
+    Filter,
+    OrderingPolicy,
+    Picker,
+    Plugin,
+    ProfileHandler,
+    Scorer,
+    roles_of,
+)
 from scheduler.registry import plugin_class, plugin_types
+
+log = logging.getLogger("ray_epp.config")
 
 DEFAULT_PROFILE = "default"
 DEFAULT_HANDLER = "single-profile-handler"
@@ -48,6 +67,7 @@ def load_config(source: str | dict[str, Any] | EndpointPickerConfig) -> Endpoint
         raise ConfigError(errors)
     _apply_defaults(cfg, classes)
     _check_profiles(cfg, classes, errors)
+    _check_flow_control(cfg, classes, errors)
     if errors:
         raise ConfigError(errors)
 
@@ -188,6 +208,57 @@ def _check_profiles(cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]],
             f"plugins: {len(cfg.scheduling_profiles)} scheduling profiles need a profile handler "
             "(e.g. disagg-profile-handler); none is configured"
         )
+
+
+def _check_flow_control(cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]], errors: list[str]) -> None:
+    """The `flowControl` gate and section as llm-d resolves them: with the gate on, every policy
+    ref names a plugin of its role (the two default policies are added when used and not
+    declared); without it the section's settings are ignored with a warning, as llm-d does.
+    `saturationDetector.pluginRef` is honoured either way."""
+    try:
+        enabled = parse_feature_gates(cfg.feature_gates).get(FEATURE_GATE, False)
+    except ValueError as err:
+        errors.append(f"featureGates: {err}")
+        return
+    fc = cfg.flow_control  # saturationDetector, usageLimitPolicyPluginRef, enableEviction: sections.py
+    if not enabled:
+        if fc is not None and fc.settings_configured():
+            log.warning(
+                "the flowControl section is set but the %r feature gate is off: its settings (other than "
+                "saturationDetector) are ignored, as in llm-d; add featureGates: [%s] to use them",
+                FEATURE_GATE,
+                FEATURE_GATE,
+            )
+        return
+    if fc is None:
+        return
+    bands: list[tuple[str, PriorityBandSpec]] = [(f"priorityBands[{i}]", b) for i, b in enumerate(fc.priority_bands)]
+    for where, band in (("defaultPriorityBand", fc.default_priority_band),
+                        ("defaultNegativePriorityBand", fc.default_negative_priority_band)):  # fmt: skip
+        if band is not None:
+            bands.append((where, band))
+    priorities = [b.priority for b in fc.priority_bands]
+    for p in sorted({p for p in priorities if priorities.count(p) > 1}):
+        errors.append(f"flowControl.priorityBands: priority {p} is configured more than once")
+    needed = {DEFAULT_ORDERING_POLICY, DEFAULT_FAIRNESS_POLICY}  # the templates every undeclared band uses
+    for where, band in bands:
+        for field, role, ref in (("orderingPolicyRef", OrderingPolicy, band.ordering_policy_ref),
+                                 ("fairnessPolicyRef", FairnessPolicy, band.fairness_policy_ref)):  # fmt: skip
+            if not ref:
+                continue
+            cls = classes.get(ref)
+            if cls is None and ref in needed:
+                continue
+            if cls is None:
+                errors.append(f"flowControl.{where}.{field}: {ref!r} names no plugin in 'plugins'")
+            elif not issubclass(cls, role):
+                errors.append(
+                    f"flowControl.{where}.{field}: plugin {ref!r} (type {cls.type_name}) is not "
+                    f"{'an ordering' if role is OrderingPolicy else 'a fairness'} policy"
+                )
+    for name in sorted(needed):
+        if name not in classes:
+            _add_plugin(cfg, classes, name)
 
 
 def _describe(error: dict[str, Any], data: dict[str, Any]) -> str:

@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from scheduler.config.flow_control import FlowControlSpec
+
 API_VERSIONS = ("inference.networking.x-k8s.io/v1alpha1", "llm-d.ai/v1alpha1", "llm-d.ai/v1")
 KIND = "EndpointPickerConfig"
 
@@ -84,8 +86,8 @@ class EndpointPickerConfig(_Strict):
     # forms of flowControl.saturationDetector and requestHandler.parsers.
     saturation_detector: PluginRef | None = Field(default=None, alias="saturationDetector")
     data_layer: DataLayerSpec | None = Field(default=None, alias="dataLayer")
-    # A mapping until the flow-control queue gives it a model; only its saturationDetector is read here.
-    flow_control: dict[str, Any] | None = Field(default=None, alias="flowControl")
+    # llm-d's flow control (scheduler/config/flow_control.py); its queue runs with the `flowControl` gate.
+    flow_control: FlowControlSpec | None = Field(default=None, alias="flowControl")
     request_handler: RequestHandlerSpec | None = Field(default=None, alias="requestHandler")
     parser: PluginRef | None = None
 
@@ -107,9 +109,9 @@ class EndpointPickerConfig(_Strict):
     def saturation_detector_ref(self) -> str | None:
         """The saturation detector the config names (flowControl.saturationDetector, else the
         deprecated top-level one, as llm-d's loader resolves them), or None for the default."""
-        named = (self.flow_control or {}).get("saturationDetector")
-        if isinstance(named, dict) and isinstance(named.get("pluginRef"), str):
-            return named["pluginRef"]
+        fc = self.flow_control
+        if fc is not None and fc.saturation_detector is not None and fc.saturation_detector.plugin_ref:
+            return fc.saturation_detector.plugin_ref
         return self.saturation_detector.plugin_ref if self.saturation_detector else None
 
     def plugin_spec(self, name: str) -> PluginSpec | None:

@@ -23,8 +23,8 @@ _DATA_LAYER = (
 )
 _DISCOVERY = "Ray EPP's pods come from its pods file and pod sources (`epp pods`), not a discovery plugin"
 _FLOW_CONTROL = (
-    "it is a flowControl policy, and this build has no flow-control queue: a sheddable request is "
-    "answered 429 when the pool is saturated"
+    "it is a flowControl policy Ray EPP's queue does not implement (it has fcfs-ordering-policy, "
+    "edf-ordering-policy, global-strict-fairness-policy and round-robin-fairness-policy)"
 )
 _LATENCY = (
     "it needs llm-d's latency-predictor sidecar (trained TTFT/TPOT models), which Ray EPP does not run (issue 17)"
@@ -57,12 +57,8 @@ REFUSED: dict[str, str] = {
     "p2p-source-producer": _DATA_LAYER,
     "cross-replica-publisher": _DATA_LAYER,
     "file-discovery": _DISCOVERY,
-    # Flow control (the queue): ordering, fairness, usage limits, eviction.
-    "fcfs-ordering-policy": _FLOW_CONTROL,
-    "edf-ordering-policy": _FLOW_CONTROL,
+    # Flow control: the policies the queue does not implement (usage limits, eviction, others).
     "slo-deadline-ordering-policy": _FLOW_CONTROL,
-    "global-strict-fairness-policy": _FLOW_CONTROL,
-    "round-robin-fairness-policy": _FLOW_CONTROL,
     "program-aware-fairness": _FLOW_CONTROL,
     "static-usage-limit-policy": _FLOW_CONTROL,
     "soft-reflective-ceiling-policy": _FLOW_CONTROL,

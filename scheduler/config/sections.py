@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scheduler.config.flow_control import FEATURE_GATE, FlowControlSpec, parse_feature_gates
 from scheduler.config.models import EndpointPickerConfig
 from scheduler.config.refused import REFUSED
 from scheduler.interfaces import Plugin, SaturationDetector
@@ -17,11 +18,12 @@ from scheduler.interfaces import Plugin, SaturationDetector
 # llm-d's feature gates (cmd/epp/runner/runner.go registers these two): None accepts the gate, a
 # string is why it is refused.
 FEATURE_GATES: dict[str, str | None] = {
-    "flowControl": "this build has no flow-control queue (a sheddable request is answered 429 when the pool "
-    "is saturated); remove the gate to run the config with shed-only admission",
+    "flowControl": None,
     "haPopulateNonLeaderDatastore": None,
 }
 GATE_NOTES = {
+    "flowControl": "the flow-control queue: while the pool is saturated, requests wait in each gateway "
+    "replica's queue (priority bands, fairness between flows, limits, TTL) instead of a 429",
     "haPopulateNonLeaderDatastore": "every gateway replica reads the one datastore actor, so every replica "
     "has the pool, which is what the gate asks of llm-d's non-leader replicas (on by default there too)",
 }
@@ -53,8 +55,9 @@ def check_sections(cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]], 
 
 def _feature_gates(cfg: EndpointPickerConfig) -> list[SectionStatus]:
     out = []
-    for i, gate in enumerate(cfg.feature_gates):
-        field = f"featureGates[{i}] {gate!r}"
+    for i, entry in enumerate(cfg.feature_gates):
+        field = f"featureGates[{i}] {entry!r}"
+        gate = entry.partition("=")[0].strip()  # "name" or "name=true|false"; the value: flow_control.py
         if gate not in FEATURE_GATES:
             out.append(SectionStatus(field, False, f"unknown feature gate (llm-d has {sorted(FEATURE_GATES)})"))
         elif (why := FEATURE_GATES[gate]) is not None:
@@ -65,12 +68,11 @@ def _feature_gates(cfg: EndpointPickerConfig) -> list[SectionStatus]:
 
 
 def _saturation_detector(cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]]) -> list[SectionStatus]:
-    fc = cfg.flow_control or {}
-    if "saturationDetector" in fc:
-        field, raw = "flowControl.saturationDetector", fc["saturationDetector"]
-        if not isinstance(raw, dict) or set(raw) != {"pluginRef"} or not isinstance(raw["pluginRef"], str):
+    fc = cfg.flow_control
+    if fc is not None and fc.saturation_detector is not None:
+        field, name = "flowControl.saturationDetector", fc.saturation_detector.plugin_ref
+        if not name:
             return [SectionStatus(field, False, "must be {pluginRef: <name of a saturation detector plugin>}")]
-        name = raw["pluginRef"]
     elif cfg.saturation_detector is not None:
         field, name = "saturationDetector", cfg.saturation_detector.plugin_ref
     else:
@@ -84,14 +86,30 @@ def _saturation_detector(cfg: EndpointPickerConfig, classes: dict[str, type[Plug
 
 
 def _flow_control(cfg: EndpointPickerConfig) -> list[SectionStatus]:
-    """Every flowControl field but saturationDetector needs the flow-control queue (refused until
-    the queue parses this section itself)."""
-    why = "needs the flow-control queue, which this build does not have"
-    return [
-        SectionStatus(f"flowControl.{key}", False, why)
-        for key in (cfg.flow_control or {})
-        if key != "saturationDetector"
-    ]
+    """The queue's settings (scheduler/config/flow_control.py checks their values and policy refs):
+    used with the `flowControl` gate; without it ignored with a warning, as llm-d does, and said
+    so here. llm-d's usage-limit policies and eviction are not implemented: refused."""
+    fc = cfg.flow_control
+    if fc is None:
+        return []
+    try:
+        enabled = parse_feature_gates(cfg.feature_gates).get(FEATURE_GATE, False)
+    except ValueError:
+        enabled = False  # the loader reports the bad gate
+    out = []
+    for name in sorted(fc.model_fields_set - {"saturation_detector"}):
+        field = f"flowControl.{FlowControlSpec.model_fields[name].alias or name}"
+        if name == "usage_limit_policy_plugin_ref" and fc.usage_limit_policy_plugin_ref:
+            why = "usage limit policies are not implemented (every band dispatches below saturation, llm-d's default)"
+            out.append(SectionStatus(field, False, why))
+        elif name == "enable_eviction" and fc.enable_eviction:
+            out.append(SectionStatus(field, False, "in-flight eviction is not implemented; remove it"))
+        elif enabled:
+            out.append(SectionStatus(field, True, "used by the flow-control queue"))
+        else:
+            why = f"ignored: the {FEATURE_GATE!r} feature gate is off (llm-d ignores it too, with a warning)"
+            out.append(SectionStatus(field, True, why))
+    return out
 
 
 def _data_layer(cfg: EndpointPickerConfig) -> list[SectionStatus]:

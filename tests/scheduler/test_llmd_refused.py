@@ -55,8 +55,8 @@ REFUSED_SAMPLES = {
     "sim-epp-kvcache-config.yaml": ["token-producer", "precise-prefix-cache-producer"],
     "sim-epp-no-hit-lru.yaml": ["precise-prefix-cache-producer"],
     "sim-epp-tokenizer-vllm-http-config.yaml": ["token-producer"],
-    # Flow control: these change once the flow-control queue parses its section.
-    "sim-program-aware-config.yaml": ["program-aware-fairness", "featureGates[0] 'flowControl'"],
+    # Flow control: the queue runs, but not these policies of llm-d's.
+    "sim-program-aware-config.yaml": ["program-aware-fairness"],
     "soft-reflective-ceiling-epp-config.yaml": [
         "soft-reflective-ceiling-policy",
         "flowControl.usageLimitPolicyPluginRef",
@@ -103,13 +103,12 @@ BASE = [{"type": "queue-scorer"}, {"type": "max-score-picker"}]
 @pytest.mark.parametrize(
     ("extra", "expect"),
     [
-        ({"featureGates": ["flowControl"]}, "featureGates[0] 'flowControl': this build has no flow-control queue"),
         ({"featureGates": ["noSuchGate"]}, "featureGates[0] 'noSuchGate': unknown feature gate"),
         ({"dataLayer": {"injectDefaults": False}}, "dataLayer.injectDefaults: false can not be honoured"),
         ({"dataLayer": {"discovery": {"pluginRef": "x"}}}, "dataLayer.discovery: Ray EPP's pods come from"),
         ({"dataLayer": {"peerDiscovery": {"pluginRef": "x"}}}, "dataLayer.peerDiscovery: gateway replicas share"),
         ({"dataLayer": {"bogus": 1}}, "dataLayer.bogus: unknown field"),
-        ({"flowControl": {"maxRequests": 10}}, "flowControl.maxRequests: needs the flow-control queue"),
+        ({"flowControl": {"enableEviction": True}}, "flowControl.enableEviction: in-flight eviction is not"),
         ({"flowControl": {"saturationDetector": {"pluginRef": "nope"}}}, "names no plugin"),
         ({"flowControl": {"saturationDetector": {"pluginRef": "queue-scorer"}}}, "is not a saturation detector"),
         ({"saturationDetector": {"pluginRef": "queue-scorer"}}, "saturationDetector: plugin 'queue-scorer'"),
@@ -170,7 +169,7 @@ def test_report_lists_what_runs_and_what_is_refused():
         "plugin 'token-producer' (type token-producer)": "refused",
         "plugin 'openai-parser' (type openai-parser)": "runs",
         "featureGates[0] 'haPopulateNonLeaderDatastore'": "accepted",
-        "featureGates[1] 'flowControl'": "refused",
+        "featureGates[1] 'flowControl'": "accepted",
         "requestHandler.parsers[0]": "accepted",
     }
-    assert report.config is None and len(report.errors) == 2
+    assert report.config is None and len(report.errors) == 1

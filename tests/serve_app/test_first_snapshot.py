@@ -51,7 +51,7 @@ def test_the_first_request_waits_for_the_first_snapshot(delay):
         assert not core.view.has_first
         await core.ensure_ready()
         assert core.view.has_first and [ep.name for ep in core.view.endpoints] == ["pod-a"]
-        core.admit(LLMRequest(request_id="r", target_model="m", body={"model": "m", "prompt": "x"}))  # no 503
+        await core.admit(LLMRequest(request_id="r", target_model="m", body={"model": "m", "prompt": "x"}))  # no 503
         await core.view.stop()
 
     asyncio.run(main())

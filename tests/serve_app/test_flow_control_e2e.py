@@ -1,0 +1,135 @@
+"""Flow control through a real gateway (Ray, Serve, the shared port) on simulated pods slowed x40:
+a sheddable request waits in the queue while a prefill holds the pool saturated and is served
+after; one that outwaits the TTL gets 429 `rejected-ttl-expired`, one past `maxRequests` 429
+`rejected-saturated` at once; a client that disconnects leaves the queue before its TTL."""
+
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.ray
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+TTL_S = 2.5
+CONFIG = f"""
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: prefill-backlog-detector
+  parameters: {{maxBacklogTokens: 50}}
+schedulingProfiles:
+- name: default
+  plugins: [{{pluginRef: queue-scorer}}]
+flowControl:
+  defaultRequestTTL: {TTL_S}s
+  priorityBands:
+  - priority: -1
+    maxRequests: 1
+"""
+HEADERS = {"x-gateway-inference-objective": "batch", "x-gateway-inference-fairness-id": "tenant-a"}
+QUEUED = 'inference_extension_flow_control_queue_size{{fairness_id="tenant-a",inference_pool="default",model_name="{m}",priority="-1",target_model_name="{m}"}}'  # noqa: E501
+DURATION_COUNT = 'inference_extension_flow_control_request_queue_duration_seconds_count{{fairness_id="tenant-a",inference_pool="default",model_name="{m}",outcome="{o}",priority="-1",target_model_name="{m}"}}'  # noqa: E501
+
+
+@pytest.fixture(scope="module")
+def sim():
+    from simulator import make_pod_configs, start_sim_pods_in_thread
+
+    cluster = start_sim_pods_in_thread(make_pod_configs(2), time_scale=40.0, seed=5)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(ray_session, sim):
+    from tests.serve_app.deployments import start_deployment
+
+    dep = start_deployment(sim, CONFIG, settings={"objectives": {"batch": -1, "chat": 1}})
+    yield dep
+    dep.stop()
+
+
+def metric(client: httpx.Client, line: str) -> float:
+    text = client.get("/metrics").text
+    m = re.search(re.escape(line) + r" ([0-9.e+-]+)", text)
+    return float(m.group(1)) if m else 0.0
+
+
+def saturating_stream(client: httpx.Client, words: int, word: str = "long "):
+    """A critical streamed request whose prompt holds the ledger over the line until its first token
+    (a prompt the pods have not cached: a cached one would answer at once)."""
+    body = {"model": MODEL, "prompt": word * words, "max_tokens": 3, "stream": True}
+    return client.stream("POST", "/v1/completions", json=body, headers={"x-gateway-inference-objective": "chat"})
+
+
+def sheddable(base_url: str, timeout: float = 60.0) -> httpx.Response:
+    with httpx.Client(base_url=base_url, timeout=timeout) as c:
+        return c.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}, headers=HEADERS)
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_queued_then_served_ttl_and_capacity_answers_and_disconnect(client, gateway):
+    queued = QUEUED.format(m=MODEL)
+
+    def count(outcome: str) -> str:
+        return DURATION_COUNT.format(m=MODEL, o=outcome)
+
+    with ThreadPoolExecutor(4) as pool:
+        # 1. queued, then served: ~1,000 prompt tokens (~1 s of prefill here) keep the pool saturated
+        with saturating_stream(client, 800) as stream:
+            assert stream.status_code == 200
+            waiting = pool.submit(sheddable, gateway.url)
+            assert wait_for(lambda: metric(client, queued) == 1.0), "the sheddable request was not queued"
+            for _ in stream.iter_lines():
+                pass
+        served = waiting.result(timeout=30)
+        assert served.status_code == 200, served.text
+        assert metric(client, count("Dispatched")) >= 1.0
+        assert metric(client, queued) == 0.0
+
+        # 2. TTL and capacity: ~5,000 prompt tokens take longer than the TTL to prefill
+        with saturating_stream(client, 4000) as stream:
+            assert stream.status_code == 200
+            waiting = pool.submit(sheddable, gateway.url)
+            assert wait_for(lambda: metric(client, queued) == 1.0)
+            full = sheddable(gateway.url)  # the band holds at most one
+            assert full.status_code == 429, full.text
+            assert full.headers["x-llm-d-request-dropped-reason"] == "rejected-saturated"
+            assert full.json()["error"]["code"] == "ResourceExhausted"
+            expired = waiting.result(timeout=30)
+            assert expired.status_code == 429, expired.text
+            assert expired.headers["x-llm-d-request-dropped-reason"] == "rejected-ttl-expired"
+            assert "timed out in queue" in expired.json()["error"]["message"]
+            for _ in stream.iter_lines():
+                pass
+
+        # 3. a client that disconnects leaves the queue at once, not at its TTL
+        with saturating_stream(client, 4000, "other ") as stream:
+            assert stream.status_code == 200
+            before = metric(client, count("EvictedContextCancelled"))
+            gone = pool.submit(sheddable, gateway.url, 1.0)
+            assert wait_for(lambda: metric(client, queued) == 1.0)
+            with pytest.raises(httpx.ReadTimeout):
+                gone.result(timeout=30)
+            assert wait_for(lambda: metric(client, count("EvictedContextCancelled")) == before + 1, 1.0)
+            assert metric(client, queued) == 0.0
+            # it left within the TTL: counted in a bucket below it
+            le = 'inference_extension_flow_control_request_queue_duration_seconds_bucket{{fairness_id="tenant-a",inference_pool="default",le="1.0",model_name="{m}",outcome="EvictedContextCancelled",priority="-1",target_model_name="{m}"}}'  # noqa: E501
+            assert metric(client, le.format(m=MODEL)) == before + 1
+            for _ in stream.iter_lines():
+                pass
