@@ -191,12 +191,19 @@ def load_pods_file(path: str | Path) -> list[PodSpec]:
         text = path.read_text()
     except OSError as err:
         raise PodsFileError(f"can not read pods file {str(path)!r}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise PodsFileError(f"pods file {str(path)!r} is not UTF-8 text: {err}") from None
+    kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as err:
-        kind = "JSON" if path.suffix == ".json" else "YAML"
         raise PodsFileError(f"pods file {str(path)!r} is not valid {kind}: {err}") from None
-    return parse_pods(data, where=f"pods file {str(path)!r}")
+    except RecursionError:  # json's and PyYAML's parsers recurse once per nesting level
+        raise PodsFileError(f"pods file {str(path)!r}: the {kind} nests deeper than the parser can follow") from None
+    try:
+        return parse_pods(data, where=f"pods file {str(path)!r}")
+    except RecursionError:  # parsed just under the limit, then a field's validation went deeper
+        raise PodsFileError(f"pods file {str(path)!r}: a value nests too deep") from None
 
 
 def parse_pods(data: Any, where: str = "pods") -> list[PodSpec]:
