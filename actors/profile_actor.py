@@ -14,6 +14,7 @@ import hashlib
 import importlib
 import json
 import logging
+import os
 import time
 from collections import deque
 from typing import Any
@@ -214,6 +215,7 @@ class ProfileActor:
     async def info(self) -> dict[str, Any]:
         return {
             "profile": self._name,
+            "pid": os.getpid(),
             "config_digest": self._digest,
             "version": self._version,
             "endpoints": [e.name for e in self._endpoints],

@@ -250,28 +250,35 @@ class Soak:
                 _, endpoints = ray.get(actors.datastore.snapshot.remote(), timeout=10)
                 return name in {e.name for e in endpoints}
         elif kind == "datastore":
+            pid = ray.get(actors.datastore.debug_info.remote(), timeout=30)["pid"]
             ray.kill(actors.datastore, no_restart=False)
             fault.detail = "datastore actor killed (Ray restarts it)"
 
-            def back() -> bool:
+            def back() -> bool:  # a new incarnation that publishes the pool again
+                if ray.get(actors.datastore.debug_info.remote(), timeout=10)["pid"] == pid:
+                    return False
                 return ray.get(actors.datastore.snapshot.remote(), timeout=10)[1] != []
         elif kind == "metrics-actor":
             groups = _retry(lambda: ray.get(actors.datastore.metrics_actors.remote(), timeout=10))
             pod = sorted(groups)[k % len(groups)]  # pod name -> its metrics actor
             handle = groups[pod]
+            pid = ray.get(handle.stats.remote(), timeout=30)["pid"]
             ray.kill(handle, no_restart=False)
             fault.detail = f"the metrics actor of {pod} killed"
 
-            def back() -> bool:
-                return ray.get(handle.stats.remote(), timeout=10)["scrapes"] > 0
+            def back() -> bool:  # a new incarnation that scrapes
+                stats = ray.get(handle.stats.remote(), timeout=10)
+                return stats["pid"] != pid and stats["scrapes"] > 0
         elif kind == "profile-actor":
             name = sorted(actors.profiles)[k % len(actors.profiles)]
             handle = actors.profiles[name]
+            pid = ray.get(handle.info.remote(), timeout=30)["pid"]
             ray.kill(handle, no_restart=False)
             fault.detail = f"profile actor {name} killed"
 
-            def back() -> bool:
-                return bool(ray.get(handle.info.remote(), timeout=10)["endpoints"])
+            def back() -> bool:  # a new incarnation holding a snapshot
+                info = ray.get(handle.info.remote(), timeout=10)
+                return info["pid"] != pid and bool(info["endpoints"])
         elif kind == "gateway-replica":
             from ray import serve
 
@@ -282,10 +289,11 @@ class Soak:
             fault.detail = f"gateway replica {victim} killed (Serve replaces it)"
 
             def back() -> bool:  # a replacement runs (and, being RUNNING, serves the port)
-                deployment = serve.status().applications[self.dep.app_name].deployments["Gateway"]
-                if deployment.replica_states.get("RUNNING", 0) < self.cfg.replicas:
+                names = [n for n in _replica_actor_names() if f"::{self.dep.app_name}#Gateway#" in n]
+                if victim in names or not set(names) - set(victims):
                     return False
-                return victim not in _replica_actor_names()
+                deployment = serve.status().applications[self.dep.app_name].deployments["Gateway"]
+                return deployment.replica_states.get("RUNNING", 0) >= self.cfg.replicas
         else:
             raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULTS)}")
         deadline = time.monotonic() + 120
@@ -321,6 +329,8 @@ class Soak:
         for proc in _our_processes():
             with contextlib.suppress(psutil.Error):
                 mem = proc.memory_full_info()
+                if mem.rss == 0:  # exited (a zombie) since it was listed
+                    continue
                 procs[f"{_role(proc)}[{proc.pid}]"] = {"rss_mb": mem.rss / 2**20, "uss_mb": mem.uss / 2**20}
         sizes: dict[str, Any] = {}
         with contextlib.suppress(Exception):
@@ -405,6 +415,7 @@ class Soak:
             "fault_free": {"sent": len(fault_free), "failed": sum(1 for r in fault_free if r.status != 200)},
             "latency_ok_s": {"p50": _pct(ok, 0.5), "p99": _pct(ok, 0.99), "max": ok[-1] if ok else None},
             "faults": windows,
+            "failures": [asdict(r) for r in res if r.status != 200][:2000],
             "processes": _process_summary(self.samples),
             "sizes": _size_summary(self.samples),
             "samples": self.samples,
@@ -459,7 +470,10 @@ def _role(proc: psutil.Process) -> str:
         if proc.pid == os.getpid():
             return "driver"
         if cmd and cmd[0].startswith("ray::"):
-            return cmd[0].split(".", 1)[0].split(" ", 1)[0]
+            title = cmd[0].split(" ", 1)[0]
+            if "ServeReplica:" in title:  # "ray::SERVE_REPLICA::<id>:ServeReplica:<app>:<deployment>" at start
+                return "ray::ServeReplica:" + title.split("ServeReplica:", 1)[1]
+            return title.split(".", 1)[0]
         if "simulator" in cmd and "--config" in cmd:
             return "pod:" + Path(cmd[cmd.index("--config") + 1]).stem
         for part in cmd:
