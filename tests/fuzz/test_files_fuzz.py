@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(120)
 # PyYAML takes ~0.3 s (quiet machine) to 2 s (load 20) to reach its RecursionError on a file nested
 # ~1,000 deep: bounded, but more than FUZZ's 2 s deadline on a loaded machine. Files are the
 # operator's own; request bodies keep the strict deadline (test_parse_fuzz.py).
-FILES = settings(FUZZ, max_examples=80, deadline=timedelta(seconds=10))
+FILES = settings(FUZZ, max_examples=50, deadline=timedelta(seconds=10))
 
 FILE_NOISE = st.one_of(
     st.binary(max_size=120),

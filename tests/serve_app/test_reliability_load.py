@@ -19,11 +19,10 @@ from hypothesis import strategies as st
 
 from scheduler import ErrorCode
 from tests.conftest import GATEWAY_TEST_PORT
-from tests.fuzz.strategies import FUZZ, RAW_BODIES
+from tests.fuzz.strategies import FUZZ, MODEL, RAW_BODIES, SCALARS, dumps
 
 pytestmark = pytest.mark.ray
 
-MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 POD_HEADER = "x-inference-pod"
 MAX_NUM_SEQS = 2
 MAX_MODEL_LEN = 1024
@@ -148,6 +147,18 @@ def error_shaped(resp: httpx.Response) -> str | None:
 
 
 FUZZ_STATUSES: Counter[int] = Counter()
+# Bodies the gateway forwards (a served model, a prompt or messages, a few tokens) with odd extra
+# fields: what the pod answers must reach the client intact, errors included.
+FORWARDED = st.builds(
+    lambda chat, stream, extra: dumps(
+        {"model": MODEL, "max_tokens": 4, "stream": stream, **extra,
+         **({"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "hi"})}
+    ),
+    st.booleans(),
+    st.booleans(),
+    st.dictionaries(st.sampled_from(["temperature", "n", "stop", "logprobs", "stream_options", "ignore_eos", "user",
+                                     "max_completion_tokens", "best_of", "echo", "top_p"]), SCALARS, max_size=3),
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -159,11 +170,11 @@ def fuzz_client(gateway):
 
 @settings(
     FUZZ,
-    max_examples=250,
+    max_examples=150,
     deadline=None,
     suppress_health_check=[*FUZZ.suppress_health_check, HealthCheck.function_scoped_fixture],
 )
-@given(RAW_BODIES, st.sampled_from(["/v1/completions", "/v1/chat/completions"]), st.booleans())
+@given(st.one_of(RAW_BODIES, FORWARDED), st.sampled_from(["/v1/completions", "/v1/chat/completions"]), st.booleans())
 def test_fuzzed_bodies_get_2xx_or_an_openai_error_never_a_500_text_nor_a_hang(fuzz_client, raw, path, as_json):
     headers = {"content-type": "application/json"} if as_json else {"content-type": "text/plain"}
     try:
