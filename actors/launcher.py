@@ -18,6 +18,7 @@ from actors.datastore import DatastoreActor
 from actors.options import ActorOptions, PodSpec, as_options, as_pod
 from actors.profile_actor import ProfileActor, config_digest
 from scheduler import EndpointPickerConfig, dump_config, load_config
+from scheduler.config.nesting import MAX_FILE_NESTING, nests_deeper_than
 
 __all__ = [
     "ActorOptions",
@@ -194,6 +195,8 @@ def load_pods_file(path: str | Path) -> list[PodSpec]:
     except UnicodeDecodeError as err:
         raise PodsFileError(f"pods file {str(path)!r} is not UTF-8 text: {err}") from None
     kind = "JSON" if path.suffix == ".json" else "YAML"
+    if nests_deeper_than(text):
+        raise PodsFileError(f"pods file {str(path)!r}: the {kind} nests deeper than {MAX_FILE_NESTING} levels")
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as err:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from scheduler.config.build import build_plugins
 from scheduler.config.models import EndpointPickerConfig, PluginSpec, ProfilePluginRef, SchedulingProfileSpec
+from scheduler.config.nesting import MAX_FILE_NESTING, nests_deeper_than
 from scheduler.errors import ConfigError
 from scheduler.interfaces import Filter, Picker, Plugin, ProfileHandler, Scorer, roles_of
 from scheduler.registry import plugin_class, plugin_types
@@ -38,6 +39,8 @@ def load_config(source: str | dict[str, Any] | EndpointPickerConfig) -> Endpoint
     if isinstance(source, EndpointPickerConfig):
         data: Any = source.model_dump(by_alias=True, exclude_none=True)
     elif isinstance(source, str):
+        if nests_deeper_than(source):
+            raise ConfigError([f"the YAML nests deeper than {MAX_FILE_NESTING} levels"])
         try:
             data = yaml.safe_load(source)
         except yaml.YAMLError as err:
