@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 
 MAX_HEADER_BYTES = 64 * 1024
-MAX_BODY_BYTES = 64 * 1024 * 1024
+# A vLLM page is ~45 KB (a few MB with hundreds of LoRA adapters); a pod that sends more is broken
+# or hostile, and would cost the metrics actor memory and parse time 20 times a second.
+MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 class HttpError(Exception):
@@ -22,10 +24,11 @@ class HttpError(Exception):
 class KeepAliveGet:
     """GET paths on one host:port over a reused connection; reconnects after any failure."""
 
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float, max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self.host = host.strip("[]")
         self.port = port
         self.timeout_s = timeout_s
+        self.max_body_bytes = max_body_bytes
         self._host_header = f"[{self.host}]:{port}" if ":" in self.host else f"{self.host}:{port}"
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -77,6 +80,7 @@ class KeepAliveGet:
         if headers.get("content-encoding", "identity").lower() != "identity":
             raise HttpError(f"unsupported Content-Encoding {headers['content-encoding']!r}")
         encoding = headers.get("transfer-encoding", "").lower()
+        limit = self.max_body_bytes
         if encoding == "chunked":
             parts = []
             size_total = 0
@@ -88,8 +92,8 @@ class KeepAliveGet:
                         pass
                     return b"".join(parts)
                 size_total += size
-                if size_total > MAX_BODY_BYTES:
-                    raise HttpError("response body too large")
+                if size_total > limit:
+                    raise HttpError(too_large(limit))
                 parts.append(await reader.readexactly(size))
                 await reader.readexactly(2)
         if encoding not in ("", "identity"):
@@ -97,16 +101,16 @@ class KeepAliveGet:
         length = headers.get("content-length")
         if length is not None:
             n = int(length)
-            if n > MAX_BODY_BYTES:
-                raise HttpError("response body too large")
+            if n > limit:
+                raise HttpError(too_large(limit))
             return await reader.readexactly(n)
-        body = await reader.read(MAX_BODY_BYTES + 1)  # delimited by close
-        rest = []
-        while body:
-            rest.append(body)
-            body = await reader.read(MAX_BODY_BYTES + 1)
+        body = bytearray()  # delimited by close
+        while chunk := await reader.read(min(limit + 1 - len(body), 1 << 20)):
+            body += chunk
+            if len(body) > limit:
+                raise HttpError(too_large(limit))
         await self.close()
-        return b"".join(rest)
+        return bytes(body)
 
     async def close(self) -> None:
         writer, self._reader, self._writer = self._writer, None, None
@@ -114,6 +118,10 @@ class KeepAliveGet:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+
+def too_large(limit: int) -> str:
+    return f"response body larger than {limit} bytes"
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:

@@ -20,6 +20,7 @@ from actors.options import ActorOptions, PodSpec, as_options, as_pod
 from actors.placement import affinity, placed_cpus, prefer_labels
 from actors.profile_actor import ProfileActor, config_digest
 from scheduler import EndpointPickerConfig, dump_config, load_config
+from scheduler.config.nesting import MAX_FILE_NESTING, nests_deeper_than
 
 __all__ = [
     "ActorOptions",
@@ -266,12 +267,21 @@ def load_pods_file(path: str | Path) -> list[PodSpec]:
         text = path.read_text()
     except OSError as err:
         raise PodsFileError(f"can not read pods file {str(path)!r}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise PodsFileError(f"pods file {str(path)!r} is not UTF-8 text: {err}") from None
+    kind = "JSON" if path.suffix == ".json" else "YAML"
+    if nests_deeper_than(text):
+        raise PodsFileError(f"pods file {str(path)!r}: the {kind} nests deeper than {MAX_FILE_NESTING} levels")
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as err:
-        kind = "JSON" if path.suffix == ".json" else "YAML"
         raise PodsFileError(f"pods file {str(path)!r} is not valid {kind}: {err}") from None
-    return parse_pods(data, where=f"pods file {str(path)!r}")
+    except RecursionError:  # json's and PyYAML's parsers recurse once per nesting level
+        raise PodsFileError(f"pods file {str(path)!r}: the {kind} nests deeper than the parser can follow") from None
+    try:
+        return parse_pods(data, where=f"pods file {str(path)!r}")
+    except RecursionError:  # parsed just under the limit, then a field's validation went deeper
+        raise PodsFileError(f"pods file {str(path)!r}: a value nests too deep") from None
 
 
 def parse_pods(data: Any, where: str = "pods") -> list[PodSpec]:

@@ -238,6 +238,11 @@ class MetricsHub:
     def states(self) -> list[dict[str, dict]]:
         return list(self._states.values())
 
+    def sizes(self) -> dict[str, int]:
+        """Sources held and series across them (bench/soak.py watches both stay bounded)."""
+        series = sum(len(kind) for st in self._states.values() for kind in st.values())
+        return {"sources": len(self._states), "series": series}
+
 
 def get_or_create_hub(namespace: str | None = None) -> Any:
     """The named hub; detached, so it does not die with whichever process created it first."""

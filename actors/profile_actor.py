@@ -14,6 +14,7 @@ import hashlib
 import importlib
 import json
 import logging
+import os
 import time
 from collections import deque
 from typing import Any
@@ -37,6 +38,8 @@ from scheduler import (
 )
 from scheduler.cycle_state import profile_error_key
 from scheduler.hooks import RequestHooks
+from scheduler.plugins.support.inflight import InFlightLedger
+from scheduler.plugins.support.prefix.index import PrefixIndex
 from scheduler.trace import SchedulingTrace
 
 log = logging.getLogger("ray_epp.actors.profile")
@@ -223,6 +226,7 @@ class ProfileActor:
     async def info(self) -> dict[str, Any]:
         return {
             "profile": self._name,
+            "pid": os.getpid(),
             "config_digest": self._digest,
             "version": self._version,
             "endpoints": [e.name for e in self._endpoints],
@@ -233,9 +237,33 @@ class ProfileActor:
             "hook_errors": self._hooks.errors,
             "watch_errors": self._watch_errors,
             "events": dict(self._events),
+            "state_sizes": state_sizes(self.profile.plugins()),
         }
 
     def __repr__(self) -> str:  # shows in Ray's logs and errors
         with contextlib.suppress(Exception):
             return f"ProfileActor({self._name})"
         return "ProfileActor"
+
+
+def state_sizes(plugins: list[Any]) -> dict[str, int]:
+    """Entries in the structures that grow with traffic (prefix indexes, in-flight ledgers), per
+    plugin, looking one plugin deep (a scorer's own producer): what bench/soak.py watches stay
+    bounded. `"<plugin>.<attribute>": entries`."""
+    sizes: dict[str, int] = {}
+    seen: set[int] = set()
+
+    def walk(label: str, obj: Any, depth: int) -> None:
+        for attr in ("index", "ledger", "producer"):
+            value = getattr(obj, attr, None)
+            if value is None or id(value) in seen:
+                continue
+            seen.add(id(value))
+            if isinstance(value, PrefixIndex | InFlightLedger):
+                sizes[f"{label}.{attr}"] = len(value)
+            elif depth > 0:
+                walk(f"{label}.{attr}", value, depth - 1)
+
+    for plugin in plugins:
+        walk(getattr(plugin, "name", type(plugin).__name__), plugin, 1)
+    return sizes

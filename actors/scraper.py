@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 from ray.exceptions import ActorDiedError
 
-from actors.http_get import HttpError, KeepAliveGet
+from actors.http_get import MAX_BODY_BYTES, HttpError, KeepAliveGet, too_large
 from actors.options import ActorOptions, PodSpec
 from actors.report_batcher import ReportRound
 from actors.scrape_rules import ReportPolicy, after_scrape
@@ -211,7 +211,14 @@ class PodScraper:
             return await conn.get(path)
         try:
             async with self._session_or_new().get(url) as resp:
-                return resp.status, await resp.read()
+                if (resp.content_length or 0) > MAX_BODY_BYTES:
+                    raise HttpError(too_large(MAX_BODY_BYTES))
+                body = bytearray()
+                async for chunk in resp.content.iter_chunked(1 << 20):
+                    body += chunk
+                    if len(body) > MAX_BODY_BYTES:
+                        raise HttpError(too_large(MAX_BODY_BYTES))
+                return resp.status, bytes(body)
         except TimeoutError:
             raise HttpError(f"timed out after {self.options.scrape_timeout_s:g}s") from None
         except (aiohttp.ClientError, OSError) as err:

@@ -71,23 +71,24 @@ def _process(cmd: list[str], ready_url: str | None, log: Path):
                 proc.wait()
 
 
-def targets(workers: list[str], tmp: Path) -> dict[str, tuple[list[str], str, str]]:
-    """name -> (command, readiness URL, base URL)"""
+def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[list[str], str, str]]:
+    """name -> (command, readiness URL, base URL); every port shifted by `offset`."""
     py = sys.executable
     pods = tmp / "pods.json"
     pods.write_text(
-        json.dumps([{"name": f"w{i}", "address": "127.0.0.1", "port": p} for i, p in enumerate(WORKER_PORTS)])
+        json.dumps([{"name": f"w{i}", "address": "127.0.0.1", "port": p + offset} for i, p in enumerate(WORKER_PORTS)])
     )
+    fwd, epp, sgl, vll = (str(p + offset) for p in (8300, 8400, 8500, 8600))
     out = {
         "serve-forwarder": (
-            [py, "-m", "bench.serve_forwarder", "--port", "8300", "--workers", *workers],
-            "http://127.0.0.1:8300/health",
-            "http://127.0.0.1:8300",
+            [py, "-m", "bench.serve_forwarder", "--port", fwd, "--workers", *workers],
+            f"http://127.0.0.1:{fwd}/health",
+            f"http://127.0.0.1:{fwd}",
         ),
         "epp": (
-            [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port", "8400"],
-            "http://127.0.0.1:8400/ready",
-            "http://127.0.0.1:8400",
+            [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port", epp],
+            f"http://127.0.0.1:{epp}/ready",
+            f"http://127.0.0.1:{epp}",
         ),
     }
     if sg := _bin("sglang-router"):
@@ -102,16 +103,16 @@ def targets(workers: list[str], tmp: Path) -> dict[str, tuple[list[str], str, st
                 "--host",
                 "127.0.0.1",
                 "--port",
-                "8500",
+                sgl,
             ],
-            "http://127.0.0.1:8500/health",
-            "http://127.0.0.1:8500",
+            f"http://127.0.0.1:{sgl}/health",
+            f"http://127.0.0.1:{sgl}",
         )
     if vr := _bin("vllm-router"):
         out["vllm-router"] = (
-            [vr, "--worker-urls", *workers, "--policy", "cache_aware", "--host", "127.0.0.1", "--port", "8600"],
-            "http://127.0.0.1:8600/health",
-            "http://127.0.0.1:8600",
+            [vr, "--worker-urls", *workers, "--policy", "cache_aware", "--host", "127.0.0.1", "--port", vll],
+            f"http://127.0.0.1:{vll}/health",
+            f"http://127.0.0.1:{vll}",
         )
     return out
 
@@ -164,18 +165,20 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=500)
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--targets", nargs="*", default=None)
+    p.add_argument("--port-offset", type=int, default=0, help="shift every port (workers 9101.., targets 8300..)")
     a = p.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    workers = [f"http://127.0.0.1:{port}" for port in WORKER_PORTS]
+    worker_ports = [port + a.port_offset for port in WORKER_PORTS]
+    workers = [f"http://127.0.0.1:{port}" for port in worker_ports]
     rows: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
-        worker_cmd = [sys.executable, "-m", "bench.fake_worker", "--ports", *map(str, WORKER_PORTS)]
+        worker_cmd = [sys.executable, "-m", "bench.fake_worker", "--ports", *map(str, worker_ports)]
         with _process(worker_cmd, f"{workers[0]}/health", tmp / "workers.log"):
             if a.targets is None or "direct" in a.targets:
                 rows["direct"] = asyncio.run(measure(workers[0], a.seq, a.seconds))
                 print("direct", rows["direct"], flush=True)
-            for name, (cmd, ready, base) in targets(workers, tmp).items():
+            for name, (cmd, ready, base) in targets(workers, tmp, a.port_offset).items():
                 if a.targets is not None and name not in a.targets:
                     continue
                 try:
@@ -191,7 +194,12 @@ def main() -> None:
     for row in rows.values():
         if direct and "seq_p50_ms" in row:
             row["added_p50_ms"] = row["seq_p50_ms"] - direct
-    out = {"machine": f"{os.cpu_count()} cores", "when": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}
+    out = {
+        "machine": f"{os.cpu_count()} cores",
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+        "load_average": os.getloadavg(),
+        "rows": rows,
+    }
     (RESULTS / "gateway_overhead.json").write_text(json.dumps(out, indent=2))
     print("\n| target | seq p50 | added p50 | seq p99 | req/s @32 | stream TTFB p50 | decision p50 (bucket) |")
     print("|---|---|---|---|---|---|---|")

@@ -46,7 +46,18 @@ class PortInUse(OSError):
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
         held = port_holders(port)
-        by = f" by {', '.join(held)}" if held else " (by a process this user can not see)"
+        self.time_wait = 0 if held else time_wait_connections(port)
+        if held:
+            by = f" by {', '.join(held)}"
+        elif self.time_wait:
+            # Such sockets keep the listener's SO_REUSEADDR setting: one bound without it (Serve's
+            # direct ingress, most servers' defaults) leaves connections that block every bind.
+            by = (
+                f": no process holds it, but {self.time_wait} closed connection(s) of an earlier listener that did "
+                "not set SO_REUSEADDR are in TIME_WAIT; the kernel frees the port within 60 s"
+            )
+        else:
+            by = " (by a process this user can not see)"
         super().__init__(errno.EADDRINUSE, f"port {port} on {host} is in use{by}")
 
 
@@ -67,6 +78,17 @@ def port_holders(port: int) -> list[str]:
             except psutil.Error:
                 out.append(f"pid {conn.pid}")
     return sorted(set(out))
+
+
+def time_wait_connections(port: int) -> int:
+    """How many TCP connections with local port `port` are in TIME_WAIT (they have no process)."""
+    with contextlib.suppress(psutil.Error, OSError):
+        return sum(
+            1
+            for conn in psutil.net_connections(kind="tcp")
+            if conn.status == psutil.CONN_TIME_WAIT and conn.laddr and conn.laddr.port == port
+        )
+    return 0
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -299,7 +299,8 @@ def _check_ports(spec: LaunchSpec) -> None:
             except PortInUse as err:
                 if time.monotonic() > deadline:
                     flag = "--port" if what == "gateway" else "--proxy-port"
-                    raise LaunchError(f"the {what} {err}; stop it or choose another {flag}") from None
+                    todo = "wait" if err.time_wait else "stop it"
+                    raise LaunchError(f"the {what} {err}; {todo} or choose another {flag}") from None
                 time.sleep(0.25)
             except OSError as err:
                 raise LaunchError(f"can not bind the {what} port {spec.host}:{port}: {err.strerror}") from None

@@ -8,6 +8,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from scheduler.config.nesting import MAX_FILE_NESTING, nests_deeper_than
+
 
 class GatewaySettings(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -90,10 +92,18 @@ class GatewaySettings(BaseModel):
 
 
 def load_settings_file(path: str | Path) -> GatewaySettings:
+    """The settings in a YAML file; any problem is a ValueError naming the file."""
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        text = Path(path).read_text()
+        if nests_deeper_than(text):
+            raise ValueError(f"settings file {str(path)!r}: the YAML nests deeper than {MAX_FILE_NESTING} levels")
+        data = yaml.safe_load(text) or {}
         return GatewaySettings.model_validate(data)
     except OSError as err:
         raise ValueError(f"can not read settings file {str(path)!r}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"settings file {str(path)!r} is not UTF-8 text: {err}") from None
     except (yaml.YAMLError, ValidationError) as err:
         raise ValueError(f"invalid settings file {str(path)!r}: {err}") from None
+    except RecursionError:  # PyYAML's parser recurses once per nesting level
+        raise ValueError(f"settings file {str(path)!r}: the YAML nests deeper than the parser can follow") from None

@@ -20,6 +20,7 @@ from scheduler.config.flow_control import (
     parse_feature_gates,
 )
 from scheduler.config.models import EndpointPickerConfig, PluginSpec, ProfilePluginRef, SchedulingProfileSpec
+from scheduler.config.nesting import MAX_FILE_NESTING, nests_deeper_than
 from scheduler.config.refused import refusal
 from scheduler.config.sections import check_sections
 from scheduler.errors import ConfigError
@@ -80,6 +81,8 @@ def parse_config(source: str | dict[str, Any] | EndpointPickerConfig) -> Endpoin
     if isinstance(source, EndpointPickerConfig):
         data: Any = source.model_dump(by_alias=True, exclude_none=True)
     elif isinstance(source, str):
+        if nests_deeper_than(source):
+            raise ConfigError([f"the YAML nests deeper than {MAX_FILE_NESTING} levels"])
         try:
             data = yaml.safe_load(source)
         except yaml.YAMLError as err:

@@ -86,3 +86,48 @@ async def test_status_and_body_of_an_error_page():
         client = KeepAliveGet("127.0.0.1", port, 1.0)
         assert await client.get("/metrics") == (503, b"busy")
         await client.close()
+
+
+async def test_a_huge_or_endless_page_is_refused_at_the_cap_not_read_whole():
+    """Content-Length, chunked and close-delimited bodies over the cap: an HttpError at the cap,
+    long before the timeout (a close-delimited body used to be read whole, however large)."""
+
+    async def endless(writer):  # close-delimited, never ends
+        writer.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        while True:
+            writer.write(b"# HELP x y\n" * 1000)
+            await writer.drain()
+
+    async def endless_chunks(writer):
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        while True:
+            writer.write(b"2710\r\n" + b"x" * 10_000 + b"\r\n")
+            await writer.drain()
+
+    declared = b"HTTP/1.1 200 OK\r\nContent-Length: 999999999999\r\n\r\n"
+    server, port, _ = await serve([endless, endless_chunks, declared])
+    async with server:
+        client = KeepAliveGet("127.0.0.1", port, 30.0, max_body_bytes=1_000_000)
+        for _ in range(3):
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(HttpError, match="larger than 1000000 bytes"):
+                await client.get("/metrics")
+            assert asyncio.get_running_loop().time() - started < 10, "refused at the cap, not at the timeout"
+        await client.close()
+
+
+async def test_a_slow_drip_page_is_cut_at_the_timeout():
+    async def drip(writer):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+        for _ in range(100):
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+
+    server, port, _ = await serve([drip])
+    async with server:
+        client = KeepAliveGet("127.0.0.1", port, 0.5)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(HttpError, match=r"timed out after 0\.5s"):
+            await client.get("/metrics")
+        assert asyncio.get_running_loop().time() - started < 5

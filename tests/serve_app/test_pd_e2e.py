@@ -23,9 +23,11 @@ def fresh(tag: str) -> str:
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import PodConfig, start_sim_pods_in_thread
+    from simulator import PodConfig, TimingConfig, start_sim_pods_in_thread
 
-    pods = [PodConfig(name=f"prefill-{i}", role="prefill") for i in range(2)]
+    # Prefill 10x slower than the default engine (0.25 s for LONG), so a prefill can be caught running.
+    slow_prefill = TimingConfig(prefill_per_token_s=3.0e-4)
+    pods = [PodConfig(name=f"prefill-{i}", role="prefill", timing=slow_prefill) for i in range(2)]
     pods += [PodConfig(name=f"decode-{i}", role="decode") for i in range(2)]
     cluster = start_sim_pods_in_thread(pods, time_scale=1.0, seed=3)
     yield cluster
@@ -122,9 +124,42 @@ def test_prefill_failure_falls_back_to_decode_only_and_is_counted(client, sim):
     assert metric(client, "disagg_decision_total", 'decision="pd"') >= 2
 
 
-def test_no_prefill_pod_serves_decode_only(client, sim):
+def test_prefill_pods_killed_during_the_prefill_serve_decode_only(client, sim):
+    """The prefill pods stop (server and engine) while the prefill step runs on one of them (a
+    ~1.3 s prefill of ~4,000 tokens): the request is served decode-only, not failed."""
+    import threading
+
+    answer: dict = {}
+
+    def send() -> None:
+        answer["resp"], answer["trace"] = ask(client, fresh("mid") * 5)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    deadline = time.monotonic() + 20
+
+    def busy() -> bool:
+        return any(p.snapshot()["running_requests_size"] + p.snapshot()["waiting_queue_size"] for p in sim.pods[:2])
+
+    while not busy() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert busy(), "the prefill step reached a prefill pod"
+    killed = time.monotonic()
     for p in sim.pods[:2]:
         p.stop()  # the prefill pods die: first a failed prefill call, then they leave the pool
+    thread.join(30)
+    resp, trace = answer["resp"], answer["trace"]
+    assert resp.status_code == 200, resp.text
+    pd = trace["trace"]["pd"]
+    assert pd["decision"] == "pd-fallback" and pd["prefill_error"], pd
+    assert pod_of(resp, sim).startswith("decode-")
+    print(f"\nprefill pod killed mid-prefill: 200 decode-only {time.monotonic() - killed:.2f} s after the kill, "
+          f"{pd['prefill_attempts']} prefill attempts: {pd['prefill_error'][:80]}")  # fmt: skip
+
+
+def test_no_prefill_pod_serves_decode_only(client, sim):
+    for p in sim.pods[:2]:
+        p.stop()  # (stopped already by the test above)
     resp, trace = ask(client, fresh("no prefill"))
     assert resp.status_code == 200
     assert trace["trace"]["pd"]["decision"] in {"pd-fallback", "decode-only"}

@@ -25,6 +25,11 @@ class InFlightLedger:
         self._requests: OrderedDict[str, tuple[float, Sequence[tuple[str, int]]]] = OrderedDict()
         self._totals: dict[str, int] = {}
 
+    def __len__(self) -> int:
+        """Requests counted and not yet released or expired (what a soak watches stay bounded)."""
+        with self._lock:
+            return len(self._requests)
+
     def totals(self) -> dict[str, int]:
         """The amount in flight per endpoint name (endpoints with none are absent)."""
         with self._lock:

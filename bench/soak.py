@@ -1,0 +1,627 @@
+"""Soak: the whole product under steady load for a long time, with a fault every few minutes, to
+show that nothing leaks and every fault costs a bounded number of requests.
+
+What runs (all on 127.0.0.1): `EppDeployment` (serve_app/launch.py) with 2 gateway replicas on one
+port, in front of simulated vLLM pods, each pod in its own process (so one can be SIGKILLed and
+started again on its port). The load is open-loop (Poisson arrivals) at `--load` (default 0.7) of the
+capacity measured first (a closed loop at twice the pods' batch slots; the simulator's engine model
+gives the ceiling it is compared with), every prompt unique, half the requests streamed. Every
+`--fault-every` seconds one fault, in turn: a pod process killed and started again `--pod-down`
+seconds later, the datastore actor killed, a metrics actor killed, a profile actor killed, a gateway
+replica killed (Ray restarts the actors; Serve replaces the replica).
+
+Sampled every `--sample-every` seconds: the RSS (and USS) of every Ray worker process of ours (the
+actors and replicas, found by their `ray::` process titles under our raylet), the driver and the
+pods; the entries of each profile actor's prefix index and in-flight ledgers
+(ProfileActor.info()["state_sizes"]), the metrics hub's sources and series (MetricsHub.sizes()).
+
+    .venv/bin/python -m bench.soak --minutes 30 [--port 25000] [--out bench/results/soak]
+
+Writes <out>.json and <out>.png (RSS and structure sizes over time, faults marked). A benchmark,
+not a test (tests/bench/test_soak.py runs it tiny so it cannot rot)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+
+from bench.e2e import _free_port
+from bench.gateway_overhead import ROOT, _wait_http
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+FAULTS = ("pod", "datastore", "metrics-actor", "profile-actor", "gateway-replica")
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima")
+
+
+@dataclass(slots=True)
+class SoakConfig:
+    minutes: float = 30.0
+    load: float = 0.7  # fraction of the measured capacity
+    pods: int = 4
+    max_num_seqs: int = 2  # small batches, so the pods (not this 2-core machine's gateway) set capacity
+    max_tokens: int = 48
+    prompt_chars: int = 1000  # ~250 tokens, ~15 prefix blocks a request: the index fills in minutes
+    replicas: int = 2
+    port: int = 25000
+    fault_every_s: float = 180.0
+    pod_down_s: float = 10.0
+    sample_every_s: float = 10.0
+    capacity_s: float = 20.0  # 0: take the engine model's capacity, do not measure
+    request_timeout_s: float = 30.0
+    max_outstanding: int = 512
+    faults: tuple[str, ...] = FAULTS
+    seed: int = 13
+
+
+@dataclass(slots=True)
+class Result:
+    t: float  # seconds since the load started, at send
+    status: int  # HTTP status; 0 = no answer (connection refused, broken, timed out)
+    latency_s: float
+    error: str = ""
+
+
+@dataclass
+class Fault:
+    kind: str
+    t: float
+    detail: str = ""
+    back_t: float | None = None  # pods: when the process was started again
+    recovered_s: float | None = None  # from the fault until the part serves again
+
+
+@dataclass
+class Soak:
+    cfg: SoakConfig
+    tmp: Path
+    pod_procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    pod_ports: dict[str, int] = field(default_factory=dict)
+    results: list[Result] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    t0: float = 0.0
+    outstanding: int = 0
+    skipped: int = 0  # arrivals not sent because max_outstanding were in flight
+    dep: Any = None
+
+    # --- pods: one process each --------------------------------------------------------------
+
+    def _pod_config(self, name: str) -> dict[str, Any]:
+        from simulator import PodConfig
+
+        cfg = PodConfig(name=name, max_num_seqs=self.cfg.max_num_seqs, default_max_tokens=self.cfg.max_tokens)
+        return cfg.model_dump(mode="json")
+
+    def start_pod(self, name: str) -> None:
+        config = self.tmp / f"{name}.json"
+        config.write_text(json.dumps([self._pod_config(name)]))
+        port = self.pod_ports.setdefault(name, _free_port())
+        cmd = [sys.executable, "-m", "simulator", "--config", str(config), "--base-port", str(port)]
+        log = open(self.tmp / f"{name}.log", "a")  # noqa: SIM115 - the process keeps it
+        self.pod_procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        _wait_http(f"http://127.0.0.1:{port}/health", 60)
+
+    def stop_pods(self) -> None:
+        for proc in self.pod_procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        for proc in self.pod_procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+            if proc.poll() is None:
+                proc.kill()
+
+    # --- the deployment ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        from actors.launcher import PodSpec
+        from serve_app.launch import EppDeployment, LaunchSpec
+
+        names = [f"soak-{i}" for i in range(self.cfg.pods)]
+        for name in names:
+            self.start_pod(name)
+        pods = [PodSpec(name=n, address="127.0.0.1", port=self.pod_ports[n]) for n in names]
+        self.dep = EppDeployment.start(LaunchSpec(pods=pods, port=self.cfg.port, replicas=self.cfg.replicas))
+
+    def stop(self) -> None:
+        if self.dep is not None:
+            self.dep.stop()
+        self.stop_pods()
+
+    # --- load ----------------------------------------------------------------------------------
+
+    def body(self, n: int, stream: bool) -> dict[str, Any]:
+        rng = random.Random(self.cfg.seed * 1_000_003 + n)
+        words: list[str] = [f"request {n} {rng.getrandbits(64):016x}:"]
+        size = len(words[0])
+        while size < self.cfg.prompt_chars:
+            w = rng.choice(WORDS)
+            words.append(w)
+            size += len(w) + 1
+        body: dict[str, Any] = {"model": MODEL, "prompt": " ".join(words), "max_tokens": self.cfg.max_tokens}
+        body["ignore_eos"] = True
+        if stream:
+            body["stream"] = True
+        return body
+
+    async def one(self, session: aiohttp.ClientSession, n: int, record: bool = True) -> Result:
+        url = f"{self.dep.url}/v1/completions"
+        stream = n % 2 == 1
+        t_send = time.monotonic()
+        res = Result(t=t_send - self.t0, status=0, latency_s=0.0)
+        self.outstanding += 1
+        try:
+            async with session.post(url, json=self.body(n, stream)) as resp:
+                data = await resp.read()
+                res.status = resp.status
+                if resp.status == 200 and stream:
+                    # a stream that broke after its headers ends with an error event, then [DONE]
+                    if b'"error"' in data or not data.rstrip().endswith(b"data: [DONE]"):
+                        res.status, res.error = 0, "stream ended with an error event"
+                elif resp.status != 200:
+                    res.error = data[:120].decode(errors="replace")
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            res.error = type(err).__name__
+        finally:
+            self.outstanding -= 1
+        res.latency_s = time.monotonic() - t_send
+        if record:
+            self.results.append(res)
+        return res
+
+    def session(self) -> aiohttp.ClientSession:
+        # A fresh connection per request: the kernel spreads connections over the replicas' sockets.
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
+        timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout_s)
+        return aiohttp.ClientSession(connector=connector, timeout=timeout)
+
+    async def measure_capacity(self, session: aiohttp.ClientSession) -> float:
+        """Completed requests a second of a closed loop at twice the pods' batch slots."""
+        concurrency = 2 * self.cfg.pods * self.cfg.max_num_seqs
+        deadline = time.monotonic() + self.cfg.capacity_s
+        done = 0
+        counter = iter(range(10**9, 2 * 10**9))  # ids apart from the soak's own prompts
+
+        async def client() -> None:
+            nonlocal done
+            while time.monotonic() < deadline:
+                if (await self.one(session, next(counter), record=False)).status == 200:
+                    done += 1
+
+        t = time.monotonic()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        return done / (time.monotonic() - t)
+
+    async def open_loop(self, session: aiohttp.ClientSession, rate: float, seconds: float) -> None:
+        rng = random.Random(self.cfg.seed)
+        tasks: set[asyncio.Task] = set()
+        n = 0
+        next_t = time.monotonic()
+        end = self.t0 + seconds
+        while next_t < end:
+            await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+            if self.outstanding >= self.cfg.max_outstanding:
+                self.skipped += 1
+            else:
+                task = asyncio.create_task(self.one(session, n))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            n += 1
+            next_t += rng.expovariate(rate)
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.cfg.request_timeout_s + 5)
+
+    # --- faults --------------------------------------------------------------------------------
+
+    def inject(self, kind: str, k: int) -> Fault:
+        """Inject one fault, then wait (in this thread, up to 120 s) until the part is back:
+        `recovered_s` is from the fault to then (None: not back in time)."""
+        import ray
+
+        fault = Fault(kind, time.monotonic() - self.t0)
+        actors = self.dep.actors
+        back: Any = None  # () -> bool: the part is back
+        if kind == "pod":
+            name = sorted(self.pod_procs)[k % len(self.pod_procs)]
+            proc = self.pod_procs[name]
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            fault.detail = f"{name} (pid {proc.pid}) SIGKILLed, started again after {self.cfg.pod_down_s:g} s"
+            time.sleep(self.cfg.pod_down_s)
+            self.start_pod(name)
+            fault.back_t = time.monotonic() - self.t0
+
+            def back() -> bool:  # routable again: healthy, fresh metrics
+                _, endpoints = ray.get(actors.datastore.snapshot.remote(), timeout=10)
+                return name in {e.name for e in endpoints}
+        elif kind == "datastore":
+            pid = ray.get(actors.datastore.debug_info.remote(), timeout=30)["pid"]
+            ray.kill(actors.datastore, no_restart=False)
+            fault.detail = "datastore actor killed (Ray restarts it)"
+
+            def back() -> bool:  # a new incarnation that publishes the pool again
+                if ray.get(actors.datastore.debug_info.remote(), timeout=10)["pid"] == pid:
+                    return False
+                return ray.get(actors.datastore.snapshot.remote(), timeout=10)[1] != []
+        elif kind == "metrics-actor":
+            groups = _retry(lambda: ray.get(actors.datastore.metrics_actors.remote(), timeout=10))
+            pod = sorted(groups)[k % len(groups)]  # pod name -> its metrics actor
+            handle = groups[pod]
+            pid = ray.get(handle.stats.remote(), timeout=30)["pid"]
+            ray.kill(handle, no_restart=False)
+            fault.detail = f"the metrics actor of {pod} killed"
+
+            def back() -> bool:  # a new incarnation that scrapes
+                stats = ray.get(handle.stats.remote(), timeout=10)
+                return stats["pid"] != pid and stats["scrapes"] > 0
+        elif kind == "profile-actor":
+            name = sorted(actors.profiles)[k % len(actors.profiles)]
+            handle = actors.profiles[name]
+            pid = ray.get(handle.info.remote(), timeout=30)["pid"]
+            ray.kill(handle, no_restart=False)
+            fault.detail = f"profile actor {name} killed"
+
+            def back() -> bool:  # a new incarnation holding a snapshot
+                info = ray.get(handle.info.remote(), timeout=10)
+                return info["pid"] != pid and bool(info["endpoints"])
+        elif kind == "gateway-replica":
+            from ray import serve
+
+            # Serve names its replicas' actors SERVE_REPLICA::<app>#<deployment>#<id>
+            victims = sorted(n for n in _replica_actor_names() if f"::{self.dep.app_name}#Gateway#" in n)
+            victim = victims[k % len(victims)]
+            ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+            fault.detail = f"gateway replica {victim} killed (Serve replaces it)"
+
+            def back() -> bool:  # a replacement runs (and, being RUNNING, serves the port)
+                names = [n for n in _replica_actor_names() if f"::{self.dep.app_name}#Gateway#" in n]
+                if victim in names or not set(names) - set(victims):
+                    return False
+                deployment = serve.status().applications[self.dep.app_name].deployments["Gateway"]
+                return deployment.replica_states.get("RUNNING", 0) >= self.cfg.replicas
+        else:
+            raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULTS)}")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                if back():
+                    fault.recovered_s = round(time.monotonic() - self.t0 - fault.t, 1)
+                    break
+            time.sleep(0.25)
+        return fault
+
+    async def fault_loop(self, seconds: float) -> None:
+        k = 0
+        every = self.cfg.fault_every_s
+        while self.cfg.faults and (k + 1) * every < seconds - 5:
+            await asyncio.sleep(max(0.0, self.t0 + (k + 1) * every - time.monotonic()))
+            kind = self.cfg.faults[k % len(self.cfg.faults)]
+            try:
+                fault = await asyncio.to_thread(self.inject, kind, k // len(self.cfg.faults))
+            except Exception as err:  # reported, and the soak goes on
+                fault = Fault(kind, time.monotonic() - self.t0, f"could not inject: {err!r}")
+            self.faults.append(fault)
+            print(f"[{fault.t:7.1f} s] fault: {fault.kind}: {fault.detail}", flush=True)
+            k += 1
+
+    # --- sampling ------------------------------------------------------------------------------
+
+    def sample(self) -> dict[str, Any]:
+        import ray
+
+        t = time.monotonic() - self.t0
+        procs: dict[str, dict[str, Any]] = {}
+        for proc in _our_processes():
+            with contextlib.suppress(psutil.Error):
+                mem = proc.memory_full_info()
+                if mem.rss == 0:  # exited (a zombie) since it was listed
+                    continue
+                procs[f"{_role(proc)}[{proc.pid}]"] = {"rss_mb": mem.rss / 2**20, "uss_mb": mem.uss / 2**20}
+        sizes: dict[str, Any] = {}
+        with contextlib.suppress(Exception):
+            infos = ray.get([h.info.remote() for h in self.dep.actors.profiles.values()], timeout=10)
+            for name, info in zip(self.dep.actors.profiles, infos, strict=True):
+                for key, n in info.get("state_sizes", {}).items():
+                    sizes[f"{name}/{key}"] = n
+        with contextlib.suppress(Exception):
+            for key, n in ray.get(self.dep.hub.sizes.remote(), timeout=10).items():
+                sizes[f"metrics-hub/{key}"] = n
+        with contextlib.suppress(Exception):
+            sizes["datastore/pods"] = ray.get(self.dep.actors.datastore.debug_info.remote(), timeout=10)["pods"]
+        done = [r for r in self.results if r.t <= t]
+        return {
+            "t": round(t, 1),
+            "sent": len(done),
+            "failed": sum(1 for r in done if r.status != 200),
+            "outstanding": self.outstanding,
+            "processes": procs,
+            "sizes": sizes,
+        }
+
+    async def sample_loop(self, seconds: float) -> None:
+        end = self.t0 + seconds
+        while True:
+            self.samples.append(await asyncio.to_thread(self.sample))
+            if time.monotonic() >= end:
+                return
+            await asyncio.sleep(min(self.cfg.sample_every_s, max(0.0, end - time.monotonic())))
+
+    # --- the run -------------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        seconds = cfg.minutes * 60
+        model_capacity = engine_capacity(cfg)
+        async with self.session() as session:
+            for n in range(8):  # warm up (not counted)
+                await self.one(session, -1 - n, record=False)
+            measured = await self.measure_capacity(session) if cfg.capacity_s > 0 else None
+            capacity = min(measured, model_capacity) if measured else model_capacity
+            rate = cfg.load * capacity
+            print(f"capacity: engine model {model_capacity:.1f} req/s, measured {measured} req/s; "
+                  f"soak at {rate:.1f} req/s for {seconds:.0f} s", flush=True)  # fmt: skip
+            await asyncio.sleep(2)  # the capacity run's requests drain
+            self.t0 = time.monotonic()
+            await asyncio.gather(self.open_loop(session, rate, seconds), self.fault_loop(seconds),
+                                 self.sample_loop(seconds))  # fmt: skip
+        self.samples.append(await asyncio.to_thread(self.sample))
+        return self.report(model_capacity, measured, rate, seconds)
+
+    def report(self, model_capacity: float, measured: float | None, rate: float, seconds: float) -> dict[str, Any]:
+        res = self.results
+        windows = []
+        for i, f in enumerate(self.faults):
+            end = self.faults[i + 1].t if i + 1 < len(self.faults) else seconds
+            end = min(end, f.t + 60.0 + (f.back_t - f.t if f.back_t else 0.0))
+            # by completion: a request in flight on a killed replica was sent before the fault
+            inside = [r for r in res if f.t <= r.t + r.latency_s < end]
+            bad = [r for r in inside if r.status != 200]
+            windows.append({
+                **asdict(f),
+                "window_s": round(end - f.t, 1),
+                "requests": len(inside),
+                "failed": len(bad),
+                "failed_by": _count(_kind(r) for r in bad),
+                "last_failure_after_s": round(max(r.t for r in bad) - f.t, 1) if bad else None,
+            })  # fmt: skip
+        fault_free = [r for r in res if not any(w["t"] <= r.t + r.latency_s < w["t"] + w["window_s"] for w in windows)]
+        ok = sorted(r.latency_s for r in res if r.status == 200)
+        return {
+            "config": {k: v for k, v in asdict(self.cfg).items()},
+            "load_average": os.getloadavg(),
+            "capacity": {"engine_model_rps": round(model_capacity, 2), "measured_rps": measured and round(measured, 2)},
+            "rate_rps": round(rate, 2),
+            "seconds": seconds,
+            "sent": len(res),
+            "ok": len(ok),
+            "failed": len(res) - len(ok),
+            "failed_by": _count(_kind(r) for r in res if r.status != 200),
+            "skipped_outstanding_cap": self.skipped,
+            "fault_free": {"sent": len(fault_free), "failed": sum(1 for r in fault_free if r.status != 200)},
+            "latency_ok_s": {"p50": _pct(ok, 0.5), "p99": _pct(ok, 0.99), "max": ok[-1] if ok else None},
+            "faults": windows,
+            "failures": [asdict(r) for r in res if r.status != 200][:2000],
+            "processes": _process_summary(self.samples),
+            "sizes": _size_summary(self.samples),
+            "samples": self.samples,
+        }
+
+
+def engine_capacity(cfg: SoakConfig) -> float:
+    """Requests a second the pods can finish by the simulator's engine model (TimingConfig):
+    a full batch of max_num_seqs decoding max_tokens steps, plus each prompt's prefill."""
+    from simulator import CHARS_PER_TOKEN, TimingConfig
+
+    t = TimingConfig()
+    prompt_tokens = cfg.prompt_chars / CHARS_PER_TOKEN
+    ctx = prompt_tokens + cfg.max_tokens / 2
+    step = t.step_overhead_s + cfg.max_num_seqs * (t.decode_per_seq_s + ctx * t.kv_read_per_token_s)
+    per_request = cfg.max_tokens * step + prompt_tokens * t.prefill_per_token_s
+    return cfg.pods * cfg.max_num_seqs / per_request
+
+
+def _retry(fn: Any, timeout_s: float = 60.0) -> Any:
+    """fn() until it answers (a restarting actor is unavailable for a while)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return fn()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _replica_actor_names() -> list[str]:
+    from ray.util import list_named_actors
+
+    return [a["name"] for a in list_named_actors(all_namespaces=True) if a.get("namespace") == "serve"]
+
+
+def _our_processes() -> list[psutil.Process]:
+    """This driver, every process under the Ray it started (workers are the raylet's children,
+    which is this driver's child), and the pods."""
+    me = psutil.Process()
+    with contextlib.suppress(psutil.Error):
+        return [me, *me.children(recursive=True)]
+    return [me]
+
+
+def _role(proc: psutil.Process) -> str:
+    """A process's part: the Ray worker's title (ray::DatastoreActor, ray::ServeReplica:epp:Gateway,
+    ...), a pod's name, or the executable."""
+    with contextlib.suppress(psutil.Error):
+        cmd = proc.cmdline()
+        if proc.pid == os.getpid():
+            return "driver"
+        if cmd and cmd[0].startswith("ray::"):
+            title = cmd[0].split(" ", 1)[0]
+            if "ServeReplica:" in title:  # "ray::SERVE_REPLICA::<id>:ServeReplica:<app>:<deployment>" at start
+                return "ray::ServeReplica:" + title.split("ServeReplica:", 1)[1]
+            return title.split(".", 1)[0]
+        if "simulator" in cmd and "--config" in cmd:
+            return "pod:" + Path(cmd[cmd.index("--config") + 1]).stem
+        for part in cmd:
+            name = Path(part).name
+            if name in ("raylet", "gcs_server", "plasma_store") or name.endswith(".py"):
+                return name
+        return Path(cmd[0]).name if cmd else proc.name()
+    return "?"
+
+
+def _process_summary(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    series: dict[str, list[tuple[float, float]]] = {}
+    for s in samples:
+        for key, mem in s["processes"].items():
+            series.setdefault(key, []).append((s["t"], mem["rss_mb"]))
+    return {
+        key: {
+            "first_t": pts[0][0],
+            "last_t": pts[-1][0],
+            "rss_start_mb": round(pts[0][1], 1),
+            "rss_end_mb": round(pts[-1][1], 1),
+            "rss_max_mb": round(max(v for _, v in pts), 1),
+        }
+        for key, pts in series.items()
+        if not key.startswith(("ray::IDLE", "ray::CoreWorker"))
+    }
+
+
+def _size_summary(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    series: dict[str, list[int]] = {}
+    for s in samples:
+        for key, n in s["sizes"].items():
+            series.setdefault(key, []).append(n)
+    return {k: {"start": v[0], "end": v[-1], "max": max(v)} for k, v in series.items()}
+
+
+def _kind(r: Result) -> str:
+    return str(r.status) if r.status else (r.error or "no answer")
+
+
+def _count(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in items:
+        out[i] = out.get(i, 0) + 1
+    return out
+
+
+def _pct(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    return round(sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))], 4)
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = report["samples"]
+    fig, (ax_rss, ax_size, ax_req) = plt.subplots(3, 1, figsize=(11, 11), sharex=True)
+    series: dict[str, list[tuple[float, float]]] = {}
+    for s in samples:
+        for key, mem in s["processes"].items():
+            if key.startswith(("ray::IDLE", "ray::CoreWorker")):
+                continue
+            series.setdefault(key, []).append((s["t"] / 60, mem["rss_mb"]))
+    for key, pts in sorted(series.items()):
+        if len(pts) > 1:
+            ax_rss.plot(*zip(*pts, strict=True), label=key, linewidth=1)
+    ax_rss.set_ylabel("RSS (MiB)")
+    ax_rss.legend(fontsize=6, ncol=3, loc="upper left")
+    sizes: dict[str, list[tuple[float, float]]] = {}
+    for s in samples:
+        for key, n in s["sizes"].items():
+            sizes.setdefault(key, []).append((s["t"] / 60, n))
+    for key, pts in sorted(sizes.items()):
+        ax_size.plot(*zip(*pts, strict=True), label=key, linewidth=1)
+    ax_size.set_yscale("symlog")
+    ax_size.set_ylabel("entries")
+    ax_size.legend(fontsize=7, loc="upper left")
+    ts = [s["t"] / 60 for s in samples]
+    sent = [s["sent"] for s in samples]
+    failed = [s["failed"] for s in samples]
+    ax_req.plot(ts, sent, label="requests sent")
+    ax_req.plot(ts, failed, label="failed", color="red")
+    ax_req.set_ylabel("cumulative requests")
+    ax_req.set_yscale("symlog")
+    ax_req.legend(fontsize=7, loc="upper left")
+    ax_req.set_xlabel("minutes")
+    for f in report["faults"]:
+        for ax in (ax_rss, ax_size, ax_req):
+            ax.axvline(f["t"] / 60, color="grey", linestyle=":", linewidth=0.8)
+        ax_req.annotate(f["kind"], (f["t"] / 60, 1), rotation=90, fontsize=6, va="bottom")
+    fig.suptitle(
+        f"soak: {report['rate_rps']} req/s ({report['config']['load']:.0%} of capacity) for "
+        f"{report['seconds'] / 60:.0f} min, {report['sent']} sent, {report['failed']} failed"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_soak(cfg: SoakConfig, out: Path | None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="epp-soak-") as td:
+        soak = Soak(cfg, Path(td))
+        try:
+            soak.start()
+            report = asyncio.run(soak.run())
+        finally:
+            soak.stop()
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+        plot(report, out.with_suffix(".png"))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.soak", description=__doc__.split("\n")[0])
+    d = SoakConfig()
+    p.add_argument("--minutes", type=float, default=d.minutes)
+    p.add_argument("--load", type=float, default=d.load)
+    p.add_argument("--pods", type=int, default=d.pods)
+    p.add_argument("--replicas", type=int, default=d.replicas)
+    p.add_argument("--port", type=int, default=int(os.environ.get("EPP_TEST_PORT", d.port)))
+    p.add_argument("--fault-every", type=float, default=d.fault_every_s)
+    p.add_argument("--pod-down", type=float, default=d.pod_down_s)
+    p.add_argument("--sample-every", type=float, default=d.sample_every_s)
+    p.add_argument("--capacity-seconds", type=float, default=d.capacity_s, help="0: use the engine model's")
+    p.add_argument("--faults", nargs="*", default=list(FAULTS), choices=FAULTS)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "soak")
+    a = p.parse_args(argv)
+    cfg = SoakConfig(
+        minutes=a.minutes, load=a.load, pods=a.pods, replicas=a.replicas, port=a.port, fault_every_s=a.fault_every,
+        pod_down_s=a.pod_down, sample_every_s=a.sample_every, capacity_s=a.capacity_seconds, faults=tuple(a.faults),
+    )  # fmt: skip
+    report = run_soak(cfg, a.out)
+    summary = {k: report[k] for k in ("capacity", "rate_rps", "sent", "ok", "failed", "failed_by", "fault_free")}
+    print(json.dumps(summary, indent=1))
+    for f in report["faults"]:
+        print(f"  {f['kind']:16} at {f['t']:7.1f} s: {f['requests']} ended, {f['failed']} failed {f['failed_by']}, "
+              f"back after {f['recovered_s']} s")  # fmt: skip
+    for k, v in report["sizes"].items():
+        print(f"  {k}: {v}")
+    print(f"wrote {a.out}.json and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
