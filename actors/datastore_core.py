@@ -44,10 +44,16 @@ class DatastoreCore:
 
     def snapshot(self) -> tuple[int, list[Endpoint]]:
         if self._snapshot_version != self.version:
+            routable = [p for p in self.pods.values() if p.state is PodState.READY and p.metrics is not None]
+            if not routable:
+                # Fail open on an outage of the metrics path: when no pod is ready but some are only
+                # stale (their metrics actor silent: one per node, so one crash silences a node's
+                # pods at once), route on their last metrics, as GIE routes on its last scrape,
+                # rather than answer 503 until the actor is back. A pod whose scrapes fail is
+                # unhealthy, never routable; one that is draining stays out.
+                routable = [p for p in self.pods.values() if p.state is PodState.STALE and p.metrics is not None]
             self._snapshot = [
-                Endpoint(p.spec.name, p.spec.address, p.spec.port, dict(p.spec.labels), p.metrics)
-                for p in self.pods.values()
-                if p.state is PodState.READY and p.metrics is not None
+                Endpoint(p.spec.name, p.spec.address, p.spec.port, dict(p.spec.labels), p.metrics) for p in routable
             ]
             self._snapshot_version = self.version
         return self.version, self._snapshot

@@ -4,7 +4,8 @@ and its health.
 Health. A pod is `starting` until its first report, `ready` while its last successful report is
 younger than `staleness_threshold_s` (metrics actors report at least every `heartbeat_s`),
 `stale` after that, and `unhealthy` after `unhealthy_after_failures` consecutive failed scrapes.
-Only `ready` pods are routable; a pod that recovers is re-admitted by its next report.
+Only `ready` pods are routable (when none is, the `stale` ones are: datastore_core.py); a pod that
+recovers is re-admitted by its next report.
 
 Draining. A removed pod is `draining` first (when the removal asks for it): no new requests go to
 it, its metrics actor keeps scraping it, and it leaves the pod set once it reports no running and no

@@ -194,6 +194,24 @@ def test_slow_pod_times_out_and_silent_pod_goes_stale(epp, sim):
     wait_for(lambda: "sim-0" in snapshot_names(epp), what="sim-0 re-admitted")
 
 
+def test_when_every_pod_is_only_stale_the_pool_stays_routable_on_last_metrics(epp, sim):
+    """A crashed metrics actor silences all its node's pods at once: the pool must not empty (503
+    for every request until Ray restarts the actor, 103 failures in the soak) but route on the
+    last metrics, as GIE does. Unhealthy pods stay out (test_slow_pod_... and the 503 tests)."""
+    actors = ray.get(epp.datastore.metrics_actors.remote())
+    names = sorted(actors)
+    for name in names:
+        assert ray.get(actors[name].stop.remote(name)) is True
+    try:
+        wait_for(lambda: {status_of(epp, n)["state"] for n in names} == {"stale"}, what="every pod stale")
+        assert snapshot_names(epp) == set(names)
+    finally:
+        for name in names:
+            ray.get(actors[name].start.remote(name))
+    wait_for(lambda: {status_of(epp, n)["state"] for n in names} == {"ready"}, what="every pod ready again")
+    assert snapshot_names(epp) == set(names)
+
+
 def test_add_and_remove_pods_at_run_time(epp, sim):
     before = ray.get(epp.datastore.version.remote())
     extra = PodSpec(name="extra", address=sim.pods[0].address, port=sim.pods[0].port, labels={"x": "1"})
