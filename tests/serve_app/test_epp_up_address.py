@@ -145,7 +145,7 @@ def test_up_joins_a_cluster_and_leaves_it_running(head):
             if time.monotonic() > deadline or head_proc.poll() is not None:
                 raise
             time.sleep(1)
-    port = GATEWAY_TEST_PORT + 280
+    port = GATEWAY_TEST_PORT + 340  # outside the head's ports (HEAD_PORT .. HEAD_PORT + 60: its workers')
     up, url = start_up(port, "--address", f"127.0.0.1:{HEAD_PORT}", env=env)
     try:
         complete(url)
