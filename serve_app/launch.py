@@ -118,8 +118,6 @@ class EppDeployment:
     sim: Any = None
     owns_ray: bool = False
     ray_children: list[int] = field(default_factory=list)
-    # Joined a cluster by address: stopping takes away only our application, not Serve.
-    joined: bool = False
     app_name: str = "epp"
 
     @classmethod
@@ -139,7 +137,7 @@ class EppDeployment:
         if pod_specs is None:
             sim, pod_specs = _start_sim(spec.sim_pods, spec.sim_time_scale, spec.sim_pod_overrides)
         dep = cls(pods=pod_specs, actors=None, hub=None, url=f"http://{spec.host}:{spec.port}", sim=sim)
-        dep.joined, dep.app_name = spec.address is not None, spec.app_name
+        dep.app_name = spec.app_name
         try:
             dep._start_ray(spec.address)
             dep._deploy(spec, cfg, gw_settings)
@@ -209,17 +207,17 @@ class EppDeployment:
         return "your-model"
 
     def stop(self) -> None:
-        """Serve, the actors, Ray (when we started it), the simulated pods; then any Ray process
-        of ours that outlived ray.shutdown()."""
+        """Serve and Ray when we started Ray, else only our application; the actors, the simulated
+        pods; then any Ray process of ours that outlived ray.shutdown()."""
         import ray
 
         with contextlib.suppress(Exception):
             from ray import serve
 
-            if self.joined:  # someone else's cluster: its other applications and Serve stay
-                serve.delete(self.app_name)
-            else:
+            if self.owns_ray:
                 serve.shutdown()
+            else:  # someone else's Ray (a joined cluster, a notebook's, a test session's): its Serve
+                serve.delete(self.app_name)  # and other applications stay; only ours goes
         if self.actors is not None:
             from actors.launcher import stop_epp_actors
             from actors.metrics_hub import stop_hub

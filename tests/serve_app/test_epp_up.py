@@ -81,52 +81,6 @@ def server_time_wait(port: int) -> int:
     )
 
 
-def test_up_serves_and_ctrl_c_leaves_no_ray_process():
-    port = GATEWAY_TEST_PORT + 250
-    proc, url = start_up(port)
-    try:
-        assert url == f"http://127.0.0.1:{port}"
-        descendants = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
-        assert any("raylet" in " ".join(psutil.Process(p).cmdline()) for p in descendants if psutil.pid_exists(p))
-        complete(url)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(120) == 0
-        time.sleep(1)
-        alive = [p for p in descendants if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        assert alive == [], [" ".join(psutil.Process(p).cmdline())[:120] for p in alive]
-    finally:
-        stop_up(proc)
-
-
-def test_up_restarted_at_once_comes_up_on_the_same_port():
-    """Ctrl-C, start again within a second, twice: the port is the one asked for each time, though
-    the last run's connections still sit in TIME_WAIT on it."""
-    port = GATEWAY_TEST_PORT + 252
-    for _run in range(3):
-        proc, url = start_up(port)
-        try:
-            assert url == f"http://127.0.0.1:{port}"
-            for _ in range(3):
-                complete(url, http10=True)
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(120) == 0
-        finally:
-            stop_up(proc)
-        assert server_time_wait(port) > 0  # what moved the gateway to the next port before
-
-
-def test_up_on_a_held_port_names_the_process_that_holds_it():
-    port = GATEWAY_TEST_PORT + 254
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", port))
-        holder.listen()
-        proc = subprocess.run([EPP, "up", "--port", str(port)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("epp up: ")
-    assert f"port {port} on 127.0.0.1 is in use by pid {os.getpid()}" in proc.stderr
-    assert "Traceback" not in proc.stderr
-
-
 def listening(pids: set[int]) -> list[tuple[str, int, str]]:
     out = []
     for c in psutil.net_connections(kind="inet"):
@@ -140,24 +94,67 @@ def is_loopback(ip: str) -> bool:
     return ipaddress.ip_address(ip.removeprefix("::ffff:")).is_loopback
 
 
-def test_up_listens_on_loopback_only():
+def ray_processes_of(proc: subprocess.Popen) -> list[int]:
+    descendants = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    assert any("raylet" in " ".join(psutil.Process(p).cmdline()) for p in descendants if psutil.pid_exists(p))
+    return descendants
+
+
+def assert_ctrl_c_stops_everything(proc: subprocess.Popen, descendants: list[int]) -> None:
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(120) == 0
+    time.sleep(1)
+    alive = [p for p in descendants if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], [" ".join(psutil.Process(p).cmdline())[:120] for p in alive]
+
+
+def assert_loopback_only(proc: subprocess.Popen, port: int) -> None:
     """The embedded default: everything of the run (the gateway, the profile actors' channel, the
     simulated pods, and Ray's own servers) listens on 127.0.0.1, except the one gRPC server Serve
     gives each replica on all interfaces (token-authenticated; README "Network exposure")."""
-    port = GATEWAY_TEST_PORT + 256
-    proc, url = start_up(port)
-    try:
-        complete(url)
-        run = {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
-        sockets = listening(run)
-        ours = [s for s in sockets if s[1] == port or s[2].startswith(("ray::ProfileActor", "epp", "python"))]
-        assert any(s[1] == port for s in ours)
-        assert [s for s in ours if not is_loopback(s[0])] == []
-        beyond = [s for s in sockets if not is_loopback(s[0])]
-        assert all(s[2].startswith("ray::ServeReplica") for s in beyond), beyond
-        assert len(beyond) <= 1, beyond  # one replica: Serve's inter-deployment gRPC server
-    finally:
-        stop_up(proc)
+    run = {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+    sockets = listening(run)
+    ours = [s for s in sockets if s[1] == port or s[2].startswith(("ray::ProfileActor", "epp", "python"))]
+    assert any(s[1] == port for s in ours)
+    assert [s for s in ours if not is_loopback(s[0])] == []
+    beyond = [s for s in sockets if not is_loopback(s[0])]
+    assert all(s[2].startswith("ray::ServeReplica") for s in beyond), beyond
+    assert len(beyond) <= 1, beyond  # one replica: Serve's inter-deployment gRPC server
+
+
+def test_up_serves_on_loopback_stops_on_ctrl_c_and_comes_back_on_the_same_port():
+    """Two runs, the second started at once after the first's Ctrl-C: each serves on the port
+    asked for, on 127.0.0.1 only, and leaves no Ray process behind; the second comes up on that
+    port although the first's connections still sit in TIME_WAIT on it (which moved the gateway to
+    the next port before). One `epp up` start costs ~20 s here, so both runs share one test."""
+    port = GATEWAY_TEST_PORT + 250
+    for run in range(2):
+        proc, url = start_up(port)
+        try:
+            assert url == f"http://127.0.0.1:{port}"
+            descendants = ray_processes_of(proc)
+            complete(url)
+            if run == 0:
+                assert_loopback_only(proc, port)
+                for _ in range(3):
+                    complete(url, http10=True)
+            assert_ctrl_c_stops_everything(proc, descendants)
+        finally:
+            stop_up(proc)
+        if run == 0:
+            assert server_time_wait(port) > 0
+
+
+def test_up_on_a_held_port_names_the_process_that_holds_it():
+    port = GATEWAY_TEST_PORT + 254
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        proc = subprocess.run([EPP, "up", "--port", str(port)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("epp up: ")
+    assert f"port {port} on 127.0.0.1 is in use by pid {os.getpid()}" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ def test_build_app_serves_behind_serve_run(ray_session, tmp_path):
             assert resp.status_code == 200
             assert resp.headers["x-gateway-destination-endpoint"] in {f"127.0.0.1:{p.port}" for p in sim.pods}
         finally:
-            serve.shutdown()
+            serve.delete("built")  # Serve stays up for the next module (it is the session's)
             import ray
 
             from actors.launcher import profile_actor_name
