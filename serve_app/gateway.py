@@ -110,7 +110,9 @@ class GatewayCore:
         # ResponseHeader plugins write from the request and the decision alone: this replica's
         # own instances answer, so a response never waits for a profile actor.
         self._response_headers = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseHeader))
-        self.runner = RayProfileRunner(profile_actors, s.shard_key_tokens, s.shard_session_header)
+        self.runner = RayProfileRunner(
+            profile_actors, s.shard_key_tokens, s.shard_session_header, call_timeout_s=s.profile_call_timeout_s
+        )
         self.view = EndpointView(datastore, min_interval_s=s.snapshot_min_interval_s)
         self.forwarder = Forwarder(s.connect_timeout_s, s.upstream_timeout_s, s.first_byte_timeout_s)
         self._in_flight = 0  # requests of the OpenAI routes and /v1/pick this replica is serving

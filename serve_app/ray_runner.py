@@ -27,9 +27,12 @@ class RayProfileRunner:
         profile_actors: dict[str, Any],
         shard_key_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS,
         shard_session_header: str | None = None,
+        call_timeout_s: float = 10.0,
     ) -> None:
         """`profile_actors`: profile name -> its actor handle, or the list of its shards' handles
-        (every profile the same number). The shard key: see serve_app/shard_key.py."""
+        (every profile the same number). The shard key: see serve_app/shard_key.py. A call that has
+        no answer after `call_timeout_s` (the actor frozen, or restarting for longer) fails its
+        profile: the request gets its error instead of waiting without end."""
         shards = {n: list(h) if isinstance(h, list | tuple) else [h] for n, h in profile_actors.items()}
         counts = {len(hs) for hs in shards.values()}
         if len(counts) > 1 or 0 in counts:
@@ -39,7 +42,7 @@ class RayProfileRunner:
         # One batcher per actor carries both the calls and the events (decisions, completions), so
         # a request costs one actor round trip, not three.
         self._batchers = {
-            n: [ActorBatcher(ActorLink(h).run_batch, split_on=item_may_be_at_fault) for h in hs]
+            n: [ActorBatcher(ActorLink(h, call_timeout_s).run_batch, split_on=item_may_be_at_fault) for h in hs]
             for n, hs in shards.items()
         }
 
@@ -99,28 +102,45 @@ def item_may_be_at_fault(err: BaseException) -> bool:
     gone (each item would only wait for it again)."""
     from ray.exceptions import ActorUnavailableError, RayActorError
 
-    return not isinstance(err, ActorUnavailableError | RayActorError | ConnectionError | asyncio.CancelledError)
+    gone = ActorUnavailableError | RayActorError | ConnectionError | TimeoutError | asyncio.CancelledError
+    return not isinstance(err, gone)
 
 
 class ActorLink:
     """run_batch on one profile actor: over its same-node channel when it has one, else (and
-    whenever the channel fails) as a Ray actor call."""
+    whenever the channel fails) as a Ray actor call. A batch has `call_timeout_s` in all, a wait
+    for a restarting actor included: a frozen actor (stopped, stuck) answers neither way, and
+    without the bound every later request to it would queue behind the first."""
 
     RETRY_CHANNEL_AFTER_S = 1.0
-    RESTART_WAIT_S = 10.0
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, call_timeout_s: float = 10.0) -> None:
         self.handle = handle
+        self.call_timeout_s = call_timeout_s
         self._client: ChannelClient | None = None
         self._next_try = 0.0
         self._connecting: asyncio.Task | None = None
 
     async def run_batch(self, items: list) -> list:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.call_timeout_s
+        try:
+            return await self._run_batch(items, deadline)
+        except TimeoutError:
+            raise TimeoutError(f"no answer within {self.call_timeout_s:g} s") from None
+
+    async def _run_batch(self, items: list, deadline: float) -> list:
+        loop = asyncio.get_running_loop()
         client = self._client
         if client is not None and not client.closed:
             try:
-                return await client.request(items)
+                async with asyncio.timeout_at(deadline):
+                    return await client.request(items)
             except Unsendable:  # this batch's fault, not the channel's: keep the channel
+                raise
+            except TimeoutError:  # the actor behind the channel is frozen: Ray calls could not do better
+                self._client = None
+                await client.close()
                 raise
             except Exception:  # the channel or the actor behind it failed: this batch goes by Ray
                 self._client = None
@@ -131,13 +151,12 @@ class ActorLink:
         # A batch is safe to send again: profile runs are pure, and applying its events twice is
         # harmless (a request's decision replaces its earlier one in the ledgers, a completion
         # releases it once, the prefix index learns the same blocks again).
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.RESTART_WAIT_S
         while True:
             try:
-                return await self.handle.run_batch.remote(items)
+                async with asyncio.timeout_at(deadline):
+                    return await self.handle.run_batch.remote(items)
             except (ActorUnavailableError, RayActorError):  # restarting: Ray brings it back; wait, bounded
-                if loop.time() > deadline:
+                if loop.time() + 0.1 > deadline:
                     raise
                 await asyncio.sleep(0.1)
 

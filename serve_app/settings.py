@@ -59,6 +59,9 @@ class GatewaySettings(BaseModel):
     saturation_queue_depth: int = Field(default=5, ge=0)
     saturation_kv_cache: float = Field(default=0.8, ge=0, le=1)
     metrics_staleness_s: float = Field(default=2.0, gt=0)
+    # A request waits at most this for its profile actors' answer (a restart included); a frozen
+    # or long-restarting actor then costs a 503 naming it, not a wait without end.
+    profile_call_timeout_s: float = Field(default=10.0, gt=0)
     # The decision trace (x-epp-trace, /v1/pick's "trace") names pods, addresses and scores: an
     # operator's tool, off by default. With `debug_token` set, a request gets it by sending
     # `x-epp-debug: <token>`; `debug_trace: true` gives it to any non-empty x-epp-debug (local

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.ray
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEBUG_TOKEN = "operator-secret"
 DEBUG = {"x-epp-debug": DEBUG_TOKEN}
+PROFILE_CALL_TIMEOUT_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,7 @@ def gateway(ray_session, sim):
             "objectives": {"batch": -1, "chat": 1},
             "debug_token": DEBUG_TOKEN,
             "pick_api": True,
+            "profile_call_timeout_s": PROFILE_CALL_TIMEOUT_S,
         },
         port=GATEWAY_TEST_PORT,
     )
@@ -159,9 +161,7 @@ def test_bad_input_gets_openai_errors(client, content, headers, status, fragment
 
 
 def test_debug_header_returns_trace_and_pick_endpoint(client):
-    resp = client.post(
-        "/v1/completions", json={"model": MODEL, "prompt": "trace me", "max_tokens": 1}, headers=DEBUG
-    )
+    resp = client.post("/v1/completions", json={"model": MODEL, "prompt": "trace me", "max_tokens": 1}, headers=DEBUG)
     trace = json.loads(resp.headers["x-epp-trace"])
     prof = trace["trace"]["profiles"]["default"]
     assert {s["type"] for s in prof["scorers"]} == {
@@ -272,6 +272,32 @@ def test_a_killed_profile_actor_is_restarted_and_requests_keep_working(client, g
     wait_until(lambda: client.post("/v1/completions", json=body).status_code == 200, timeout_s=60, every_s=0.5)
     answers = [client.post("/v1/completions", json=body) for _ in range(5)]
     assert [a.status_code for a in answers] == [200] * 5, [a.text for a in answers if a.status_code != 200]
+
+
+def test_a_frozen_profile_actor_costs_a_503_naming_it_not_a_hang(client, gateway):
+    """A profile actor that is alive but answers nothing (SIGSTOP: a stuck or swapping process)
+    fails the requests waiting on it after `profile_call_timeout_s`, the later ones too (they
+    queued behind the first batch before the bound); once it runs again, so do requests."""
+    import os
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    import ray
+
+    actor = gateway.actors.profiles["default"]
+    pid = ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=30)
+    body = {"model": MODEL, "prompt": "while frozen", "max_tokens": 1}
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        patient = httpx.Client(base_url=client.base_url, timeout=6 * PROFILE_CALL_TIMEOUT_S)
+        with patient as c, ThreadPoolExecutor(4) as ex:
+            answers = list(ex.map(lambda _: c.post("/v1/completions", json=body), range(4)))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert [a.status_code for a in answers] == [503] * 4, [a.text for a in answers]
+    assert all("profile actor 'default' unavailable" in a.json()["error"]["message"] for a in answers)
+    assert any("no answer within" in a.json()["error"]["message"] for a in answers), answers[0].text
+    wait_until(lambda: client.post("/v1/completions", json=body).status_code == 200, timeout_s=60, every_s=0.5)
 
 
 def test_stale_metrics_take_a_pod_out_and_back(client, sim):
