@@ -46,6 +46,9 @@ def serve_direct_ingress_env(port: int, replicas: int) -> None:
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT", str(port + 300))
 
 
+GCS_TASK_EVENTS_KEPT = 10_000  # tasks whose events our own Ray's GCS keeps (Ray's default: 100,000)
+
+
 def local_ray_env() -> None:
     """Keep a local Ray's servers on 127.0.0.1 where Ray lets us (README "Network exposure").
     Must be set before Ray starts; its processes inherit it."""
@@ -153,6 +156,9 @@ class EppDeployment:
             return
         self.owns_ray = address is None
         if address is None:
+            # Ray's GCS keeps the last 100,000 tasks' events; each profile call is a task, so a busy
+            # gateway grows it to ~340 MiB. 10,000 keeps it near 100 MiB (bench/gcs_task_events.py).
+            os.environ.setdefault("RAY_task_events_max_num_task_in_gcs", str(GCS_TASK_EVENTS_KEPT))
             ray.init(
                 num_cpus=os.cpu_count() or 2,
                 include_dashboard=False,
