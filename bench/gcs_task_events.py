@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
 
     echo = Echo.remote()
     ray.get(echo.echo.remote(0))
-    bound = os.environ.get("RAY_task_events_max_num_task_in_gcs", "100000 (Ray's default)")
+    bound = os.environ.get("RAY_task_events_max_num_task_in_gcs", "100000 (Ray's default)")  # noqa: SIM112
     print(f"task events kept: {bound}; load average {os.getloadavg()}")
     print(f"calls 0: gcs_server {gcs_rss_mib(session_dir):.1f} MiB")
     for done in range(args.step, args.calls + 1, args.step):
