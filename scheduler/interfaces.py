@@ -233,6 +233,26 @@ class PDDecider(Plugin):
         return True
 
 
+class KVEventSink(Plugin):
+    """Consumes model servers' KV-cache events (vLLM's KV events: blocks stored, removed, all
+    cleared). The runtime finds every plugin with this role (`kv_event_sinks`), subscribes to each
+    pod's event stream while the pod is in the pool, and feeds the sinks each pod's batches in
+    order, and the stream's status when it changes (`live`, `gapped`, `silent`)."""
+
+    @abstractmethod
+    def apply_kv_events(self, pod: str, batches: list[Any]) -> None:
+        """A pod's next event batches (`kvevents.KVEventBatch`), oldest first."""
+
+    @abstractmethod
+    def set_kv_event_status(self, pod: str, status: str) -> None:
+        """A pod's event stream is `live`, `gapped` (messages lost and not replayed) or `silent`
+        (nothing for too long); a pod that left the pool is `gone`."""
+
+    @abstractmethod
+    def kv_event_port(self) -> int:
+        """The ZMQ port a pod publishes on when its spec names none (llm-d's socketPort)."""
+
+
 class PluginTimer(Protocol):
     """Receives how long each plugin call took (for `…_plugin_duration_seconds`)."""
 
@@ -241,10 +261,19 @@ class PluginTimer(Protocol):
 
 ROLES: tuple[type[Plugin], ...] = (
     Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
-    ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy,
+    ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink,
 )  # fmt: skip
 
 
 def roles_of(plugin: Plugin | type[Plugin]) -> list[str]:
     cls = plugin if isinstance(plugin, type) else type(plugin)
     return [role.__name__ for role in ROLES if issubclass(cls, role)]
+
+
+def kv_event_sinks(plugins: list[Plugin]) -> list[KVEventSink]:
+    """The plugins that consume KV events, each once."""
+    seen: dict[int, KVEventSink] = {}
+    for plugin in plugins:
+        if isinstance(plugin, KVEventSink):
+            seen.setdefault(id(plugin), plugin)
+    return list(seen.values())

@@ -12,10 +12,6 @@ _TOKENIZER = (
     "at `vllm.url`); Ray EPP has no tokenizer and estimates tokens from characters"
 )
 _TOKENS = "it reads the token ids a `token-producer` writes, and Ray EPP can not run a tokenizer"
-_KV_EVENTS = (
-    "it indexes vLLM's KV-cache events (ZMQ) with llm-d-kv-cache, which Ray EPP does not run yet "
-    "(issue 14); use `approx-prefix-cache-producer` for prefix affinity"
-)
 _DCGM = "it reads GPU metrics from an NVIDIA DCGM exporter, which Ray EPP does not scrape"
 _DATA_LAYER = (
     "Ray EPP's metrics actors scrape each pod's /metrics themselves (engine metric names in the "
@@ -43,8 +39,8 @@ REFUSED: dict[str, str] = {
     "mm-embeddings-cache-producer": _TOKENS,
     "mm-embeddings-cache-scorer": "it scores the multimodal embeddings an `mm-embeddings-cache-producer` tracks, "
     "which needs a tokenizer",
-    "precise-prefix-cache-producer": _KV_EVENTS,
-    "precise-prefix-cache-scorer": _KV_EVENTS,
+    "precise-prefix-cache-scorer": "it is llm-d's older combined form of `precise-prefix-cache-producer` + "
+    "`prefix-cache-scorer`; write those two (the scorer with `prefixMatchInfoProducerName`)",
     # GPU telemetry and the configurable data layer.
     "dcgm-data-source": _DCGM,
     "dcgm-extractor": _DCGM,

@@ -20,6 +20,7 @@ SINGLE = ["epp-config.yaml", "epp-estimate-prefix-cache-config.yaml", "sim-epp-c
 PD = ["pd-epp-config.yaml", "sim-pd-epp-config.yaml", "pd-topology-epp-config.yaml"]
 EPD = ["sim-e-p-d-epp-config.yaml", "sim-e-pd-epp-config.yaml"]
 OTHER = ["probabilistic-admitter-epp-config.yaml"]
+PRECISE = ["sim-epp-no-hit-lru.yaml"]  # tests/scheduler/test_precise_prefix_producer.py
 LONG = "the same long system prompt, repeated so it spans many cache blocks. " * 80
 
 
@@ -35,7 +36,7 @@ def pool() -> list:
 
 def test_every_fixture_names_its_source():
     files = sorted(FIXTURES.glob("*.yaml"))
-    assert len(files) == len(SINGLE + PD + EPD + OTHER)
+    assert len(files) == len(SINGLE + PD + EPD + OTHER + PRECISE)
     for f in files:
         assert f.read_text().startswith(f"# Source: github.com/llm-d/llm-d-router deploy/config/{f.name} at commit ")
 

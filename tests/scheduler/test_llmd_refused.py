@@ -50,10 +50,9 @@ REFUSED_SAMPLES = {
     "dp-epp-config.yaml": ["data-parallel-profile-handler"],
     "epp-burst-prefix-cache-config.yaml": ["token-producer", "burst-prefix-cache-producer"],
     "epp-mm-embeddings-cache-config.yaml": ["token-producer", "mm-embeddings-cache-producer", "dataLayer.sources"],
-    "epp-precise-prefix-cache-config.yaml": ["token-producer", "precise-prefix-cache-producer", "metrics-data-source"],
+    "epp-precise-prefix-cache-config.yaml": ["token-producer", "metrics-data-source"],
     "sim-epp-gpu-config.yaml": ["dcgm-data-source", "dcgm-extractor", "endpoint-attribute-filter"],
-    "sim-epp-kvcache-config.yaml": ["token-producer", "precise-prefix-cache-producer"],
-    "sim-epp-no-hit-lru.yaml": ["precise-prefix-cache-producer"],
+    "sim-epp-kvcache-config.yaml": ["token-producer"],
     "sim-epp-tokenizer-vllm-http-config.yaml": ["token-producer"],
     # Flow control: the queue runs, but not these policies of llm-d's.
     "sim-program-aware-config.yaml": ["program-aware-fairness"],
