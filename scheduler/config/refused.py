@@ -8,10 +8,12 @@ under that type name, and tests/scheduler/test_llmd_refused.py checks no entry s
 from __future__ import annotations
 
 _TOKENIZER = (
-    "it tokenizes prompts with the model's own tokenizer (a model download or a vLLM render sidecar "
-    "at `vllm.url`); Ray EPP has no tokenizer and estimates tokens from characters"
+    "it is llm-d's older tokenizer plugin; `token-producer` runs here (vLLM `/tokenize` or a local tokenizer.json)"
 )
-_TOKENS = "it reads the token ids a `token-producer` writes, and Ray EPP can not run a tokenizer"
+_TOKENS = (
+    "it reads the token ids a `token-producer` writes; Ray EPP runs the token producer but not this consumer "
+    "of its tokens"
+)
 _DCGM = "it reads GPU metrics from an NVIDIA DCGM exporter, which Ray EPP does not scrape"
 _DATA_LAYER = (
     "Ray EPP's metrics actors scrape each pod's /metrics themselves (engine metric names in the "
@@ -33,12 +35,11 @@ _NOT_YET = "Ray EPP does not implement it yet"
 
 REFUSED: dict[str, str] = {
     # Tokenizers and what depends on their tokens.
-    "token-producer": _TOKENIZER,
     "tokenizer": _TOKENIZER,
     "burst-prefix-cache-producer": _TOKENS,
     "mm-embeddings-cache-producer": _TOKENS,
     "mm-embeddings-cache-scorer": "it scores the multimodal embeddings an `mm-embeddings-cache-producer` tracks, "
-    "which needs a tokenizer",
+    "which Ray EPP does not run",
     "precise-prefix-cache-scorer": "it is llm-d's older combined form of `precise-prefix-cache-producer` + "
     "`prefix-cache-scorer`; write those two (the scorer with `prefixMatchInfoProducerName`)",
     # GPU telemetry and the configurable data layer.

@@ -31,6 +31,7 @@ from scheduler.plugins.producers.approx_prefix import (
     ApproxPrefixCacheParameters,
     ApproxPrefixCacheProducer,
 )
+from scheduler.plugins.producers.token_producer import TokenProducer
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.plugins.support.prefix.precise_index import LIVE, PreciseIndex
 from scheduler.plugins.support.tokenized import TokenSource, memo_tokens
@@ -164,10 +165,7 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         self.port = p.kv_events_config.port
         self.token_source: TokenSource | None = None
         if TOKEN_PRODUCER in handle.plugin_names():  # llm-d's producers find it by its type name
-            source = handle.plugin(TOKEN_PRODUCER)
-            if not callable(getattr(source, "tokens", None)):
-                raise ValueError(f"the plugin named {TOKEN_PRODUCER!r} is a {source.type_name}, not a token producer")
-            self.token_source = source  # type: ignore[assignment]
+            self.token_source = handle.plugin_of_type(TOKEN_PRODUCER, TokenProducer, "the token producer")
 
     # -- KVEventSink ---------------------------------------------------------------------------
 
