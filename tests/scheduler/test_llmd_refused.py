@@ -57,10 +57,6 @@ REFUSED_SAMPLES = {
     "sim-epp-tokenizer-vllm-http-config.yaml": ["token-producer"],
     # Flow control: the queue runs, but not these policies of llm-d's.
     "sim-program-aware-config.yaml": ["program-aware-fairness"],
-    "soft-reflective-ceiling-epp-config.yaml": [
-        "soft-reflective-ceiling-policy",
-        "flowControl.usageLimitPolicyPluginRef",
-    ],
 }
 
 
