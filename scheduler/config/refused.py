@@ -51,11 +51,8 @@ REFUSED: dict[str, str] = {
     "p2p-source-producer": _DATA_LAYER,
     "cross-replica-publisher": _DATA_LAYER,
     "file-discovery": _DISCOVERY,
-    # Flow control: the policies the queue does not implement (usage limits, eviction, others).
+    # Flow control: the policies the queue does not implement (eviction, others).
     "program-aware-fairness": _FLOW_CONTROL,
-    "static-usage-limit-policy": _FLOW_CONTROL,
-    "soft-reflective-ceiling-policy": _FLOW_CONTROL,
-    "priority-holdback-policy": _FLOW_CONTROL,
     "sheddable-eviction-filter": _FLOW_CONTROL,
     "priority-then-time-eviction-order-policy": _FLOW_CONTROL,
     # Latency prediction.
