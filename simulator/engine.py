@@ -37,6 +37,18 @@ from simulator.tokens import Prompt, block_hashes, count_tokens, token_ids
 
 WAITING, TRANSFERRING, RUNNING, FINISHED, ABORTED = range(5)
 
+# One hasher per setting for every engine of the process: pods of one simulation see the same
+# prompts, and a hasher remembers the blocks it hashed.
+_HASHERS: dict[tuple[int, str, str], BlockHasher] = {}
+
+
+def _hasher(block_size: int, algo: str, seed: str) -> BlockHasher:
+    key = (block_size, algo, seed)
+    h = _HASHERS.get(key)
+    if h is None:
+        h = _HASHERS[key] = BlockHasher(block_size, algo, seed)
+    return h
+
 
 @dataclass(slots=True, eq=False)
 class EngineRequest:
@@ -118,7 +130,7 @@ class Engine:
     def enable_kv_events(self) -> None:
         """Key blocks as vLLM does and collect the cache's events (before any request arrives)."""
         if self.hasher is None:
-            self.hasher = BlockHasher(self.block_size, self.cfg.prefix_caching_hash_algo, self.cfg.hash_seed)
+            self.hasher = _hasher(self.block_size, self.cfg.prefix_caching_hash_algo, self.cfg.hash_seed)
             self.kv.events = []
 
     def take_kv_events(self) -> list[KVEvent]:

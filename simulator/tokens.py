@@ -13,6 +13,7 @@ distinct chunks have distinct ids), any other chunk's is 2**32 + its CRC-32.
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -34,7 +35,14 @@ def token_ids(prompt: Prompt) -> list[int]:
     if not isinstance(prompt, str):
         return list(prompt)
     step = CHARS_PER_TOKEN
-    out: list[int] = []
+    n_full = len(prompt) // step
+    if prompt.isascii():  # one C call for the whole chunks: 4 ASCII bytes = one big-endian uint32
+        data = prompt.encode()
+        out = list(struct.unpack(f">{n_full}I", data[: n_full * step]))
+        if len(data) > n_full * step:
+            out.append(int.from_bytes(data[n_full * step :], "big"))
+        return out
+    out = []
     for i in range(0, len(prompt), step):
         chunk = prompt[i : i + step]
         if chunk.isascii():

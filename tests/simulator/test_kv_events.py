@@ -170,3 +170,11 @@ def test_a_taken_event_port_is_a_clear_error() -> None:
             asyncio.run(start())
     finally:
         sock.close(linger=0)
+
+
+def test_token_ids_are_the_chunks_bytes_or_crc() -> None:
+    assert token_ids("abcdefgh") == [int.from_bytes(b"abcd", "big"), int.from_bytes(b"efgh", "big")]
+    assert token_ids("abcdef") == [int.from_bytes(b"abcd", "big"), int.from_bytes(b"ef", "big")]
+    ids = token_ids("abcdé and more")
+    assert ids[0] == int.from_bytes(b"abcd", "big") and ids[1] >= 1 << 32 and len(ids) == 4
+    assert token_ids([5, 6]) == [5, 6]
