@@ -18,6 +18,8 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+from kvevents import BlockHasher
+
 CHARS_PER_TOKEN = 4
 
 Prompt = str | list[int]
@@ -79,6 +81,20 @@ def flatten_messages(messages: Sequence[Any]) -> str:
         out.append(f"<|start_header_id|>{role}<|end_header_id|>\n\n{_content_text(content)}<|eot_id|>")
     out.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
     return "".join(out)
+
+
+# One vLLM-style hasher per setting for every engine of the process: pods of one simulation see the
+# same prompts, and a hasher remembers the blocks it hashed.
+_HASHERS: dict[tuple[int, str, str], BlockHasher] = {}
+
+
+def vllm_hasher(block_size: int, algo: str, seed: str) -> BlockHasher:
+    """The shared `kvevents.BlockHasher` for vLLM block keys with these settings."""
+    key = (block_size, algo, seed)
+    h = _HASHERS.get(key)
+    if h is None:
+        h = _HASHERS[key] = BlockHasher(block_size, algo, seed)
+    return h
 
 
 def block_hashes(prompt: Prompt, block_size: int, extra_key: str | None = None) -> list[int]:
