@@ -5,12 +5,20 @@ rule of thumb for English with a Llama-3 tokenizer is ~4), cut at fixed offsets 
 that share a text prefix share the same leading tokens and therefore the same block hashes. Prompts
 given as token ids (a list of ints) are used as they are. Chat messages are flattened with a fixed,
 Llama-3-like template so that the same conversation always yields the same text.
+
+`token_ids` gives those tokens ids (what `/tokenize` answers and what KV events and vLLM-style
+block keys are computed from): an ASCII chunk's id is its bytes read as a big-endian int (so
+distinct chunks have distinct ids), any other chunk's is 2**32 + its CRC-32.
 """
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import Sequence
 from typing import Any
+
+from kvevents import BlockHasher
 
 CHARS_PER_TOKEN = 4
 
@@ -22,6 +30,28 @@ def count_tokens(prompt: Prompt) -> int:
     if isinstance(prompt, str):
         return -(-len(prompt) // CHARS_PER_TOKEN)
     return len(prompt)
+
+
+def token_ids(prompt: Prompt) -> list[int]:
+    """The prompt's token ids: one per CHARS_PER_TOKEN characters of text (ids as they are)."""
+    if not isinstance(prompt, str):
+        return list(prompt)
+    step = CHARS_PER_TOKEN
+    n_full = len(prompt) // step
+    if prompt.isascii():  # one C call for the whole chunks: 4 ASCII bytes = one big-endian uint32
+        data = prompt.encode()
+        out = list(struct.unpack(f">{n_full}I", data[: n_full * step]))
+        if len(data) > n_full * step:
+            out.append(int.from_bytes(data[n_full * step :], "big"))
+        return out
+    out = []
+    for i in range(0, len(prompt), step):
+        chunk = prompt[i : i + step]
+        if chunk.isascii():
+            out.append(int.from_bytes(chunk.encode(), "big"))
+        else:
+            out.append((1 << 32) + zlib.crc32(chunk.encode()))
+    return out
 
 
 def _content_text(content: Any) -> str:
@@ -51,6 +81,20 @@ def flatten_messages(messages: Sequence[Any]) -> str:
         out.append(f"<|start_header_id|>{role}<|end_header_id|>\n\n{_content_text(content)}<|eot_id|>")
     out.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
     return "".join(out)
+
+
+# One vLLM-style hasher per setting for every engine of the process: pods of one simulation see the
+# same prompts, and a hasher remembers the blocks it hashed.
+_HASHERS: dict[tuple[int, str, str], BlockHasher] = {}
+
+
+def vllm_hasher(block_size: int, algo: str, seed: str) -> BlockHasher:
+    """The shared `kvevents.BlockHasher` for vLLM block keys with these settings."""
+    key = (block_size, algo, seed)
+    h = _HASHERS.get(key)
+    if h is None:
+        h = _HASHERS[key] = BlockHasher(block_size, algo, seed)
+    return h
 
 
 def block_hashes(prompt: Prompt, block_size: int, extra_key: str | None = None) -> list[int]:
