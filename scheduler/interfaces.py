@@ -192,6 +192,12 @@ class SaturationDetector(Plugin):
     @abstractmethod
     def is_pool_saturated(self, endpoints: list[Endpoint]) -> bool: ...
 
+    def saturation(self, endpoints: list[Endpoint]) -> float:
+        """How full the pool is, 0 idle to 1 saturated (llm-d's Saturation(); may exceed 1): what a
+        usage-limit policy compares each band's ceiling with. A detector that only answers yes or no
+        is 1 or 0."""
+        return 1.0 if self.is_pool_saturated(endpoints) else 0.0
+
 
 class OrderingPolicy(Plugin):
     """Orders the requests within one flow's queue (GIE / llm-d flow control's OrderingPolicy):
@@ -210,6 +216,16 @@ class FairnessPolicy(Plugin):
 
     @abstractmethod
     def pick(self, flows: list[FlowQueue], state: dict[str, Any]) -> FlowQueue: ...
+
+
+class UsageLimitPolicy(Plugin):
+    """Which priority bands of the flow-control queue may dispatch at the pool's saturation (llm-d's
+    UsageLimitPolicy): one ceiling per band, `priorities` highest first; a band whose ceiling is at
+    or below the saturation is held, and so is every band after it (the queue stops at the first).
+    Ceilings must not rise from a higher band to a lower one. Called once per dispatch cycle."""
+
+    @abstractmethod
+    def ceilings(self, saturation: float, priorities: list[int]) -> list[float]: ...
 
 
 class PDDecider(Plugin):
@@ -261,7 +277,7 @@ class PluginTimer(Protocol):
 
 ROLES: tuple[type[Plugin], ...] = (
     Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
-    ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink,
+    ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink, UsageLimitPolicy,
 )  # fmt: skip
 
 

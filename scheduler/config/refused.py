@@ -22,10 +22,7 @@ _DATA_LAYER = (
 _DISCOVERY = "Ray EPP's pods come from its pods file and pod sources (`epp pods`), not a discovery plugin"
 _FLOW_CONTROL = (
     "it is a flowControl policy Ray EPP's queue does not implement (it has fcfs-ordering-policy, "
-    "edf-ordering-policy, global-strict-fairness-policy and round-robin-fairness-policy)"
-)
-_LATENCY = (
-    "it needs llm-d's latency-predictor sidecar (trained TTFT/TPOT models), which Ray EPP does not run (issue 17)"
+    "edf-ordering-policy, slo-deadline-ordering-policy, global-strict-fairness-policy and round-robin-fairness-policy)"
 )
 _PARSER = "Ray EPP's gateway parses OpenAI requests only (`openai-parser`)"
 _MULTICLUSTER = "it federates EPPs across clusters, which Ray EPP does not do"
@@ -54,19 +51,11 @@ REFUSED: dict[str, str] = {
     "p2p-source-producer": _DATA_LAYER,
     "cross-replica-publisher": _DATA_LAYER,
     "file-discovery": _DISCOVERY,
-    # Flow control: the policies the queue does not implement (usage limits, eviction, others).
-    "slo-deadline-ordering-policy": _FLOW_CONTROL,
+    # Flow control: the policies the queue does not implement (eviction, others).
     "program-aware-fairness": _FLOW_CONTROL,
-    "static-usage-limit-policy": _FLOW_CONTROL,
-    "soft-reflective-ceiling-policy": _FLOW_CONTROL,
-    "priority-holdback-policy": _FLOW_CONTROL,
     "sheddable-eviction-filter": _FLOW_CONTROL,
     "priority-then-time-eviction-order-policy": _FLOW_CONTROL,
     # Latency prediction.
-    "predicted-latency-producer": _LATENCY,
-    "latency-slo-admitter": _LATENCY,
-    "latency-scorer": _LATENCY,
-    "slo-headroom-tier-filter": _LATENCY,
     "prefix-cache-affinity-filter": "it is one of llm-d's latency-predictor plugins (SLO-aware routing); " + _NOT_YET,
     # Request parsing.
     "passthrough-parser": _PARSER,

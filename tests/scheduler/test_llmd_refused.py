@@ -54,10 +54,6 @@ REFUSED_SAMPLES = {
     "sim-epp-gpu-config.yaml": ["dcgm-data-source", "dcgm-extractor", "endpoint-attribute-filter"],
     # Flow control: the queue runs, but not these policies of llm-d's.
     "sim-program-aware-config.yaml": ["program-aware-fairness"],
-    "soft-reflective-ceiling-epp-config.yaml": [
-        "soft-reflective-ceiling-policy",
-        "flowControl.usageLimitPolicyPluginRef",
-    ],
 }
 
 
