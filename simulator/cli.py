@@ -31,13 +31,19 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument("--time-scale", type=float, default=1.0, help="multiply every latency (0 = no sleeping)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pods-json", type=Path, default=None, help="also write the pod list here")
+    parser.add_argument("--kv-events", action="store_true",
+                        help="every pod publishes vLLM KV events on ZMQ (ports in the pod list's kvEvents)")
     return parser
 
 
 def pod_configs_from_args(args: argparse.Namespace) -> list[PodConfig]:
     if args.config is None:
-        return [PodConfig(name=f"sim-{i}") for i in range(args.pods)]
-    return load_pod_configs(args.config.read_text(), default_count=args.pods)
+        pods = [PodConfig(name=f"sim-{i}") for i in range(args.pods)]
+    else:
+        pods = load_pod_configs(args.config.read_text(), default_count=args.pods)
+    if getattr(args, "kv_events", False):
+        pods = [p.model_copy(update={"kv_events": True}) for p in pods]
+    return pods
 
 
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
@@ -53,7 +59,9 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     )  # fmt: skip
     async with cluster:
         for p in cluster.pods:
-            print(f"{p.name} {p.url} role={p.cfg.role} model={p.cfg.model}", flush=True)
+            kv = p.info().get("kvEvents")
+            extra = f" kv-events={kv['endpoint']} replay={kv['replay']}" if kv else ""
+            print(f"{p.name} {p.url} role={p.cfg.role} model={p.cfg.model}{extra}", flush=True)
         pods = json.dumps(cluster.pods_json())
         print(pods, flush=True)
         if args.pods_json is not None:

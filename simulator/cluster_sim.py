@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from kvevents import KVEventBatch
 from simulator.config import ROLE_LABEL, PodConfig
 from simulator.engine import Engine, EngineRequest
 from simulator.report import DROPPED, OK, REJECTED, PodStats, RequestResult, SimReport
@@ -118,6 +119,7 @@ class Router(Protocol):
 RouteFn = Callable[[SimRequest, list[PodView], float], RouteDecision]
 CompleteFn = Callable[[SimRequest, str | None, RequestResult], None]
 FirstTokenFn = Callable[[SimRequest, str, float], None]
+KVEventsFn = Callable[[str, KVEventBatch], None]  # (pod name, batch)
 PollFn = Callable[[list[PodView], float], list[tuple[SimRequest, RouteDecision]]]
 
 
@@ -147,6 +149,7 @@ class ClusterSim:
         max_steps: int = 4096,
         on_complete: CompleteFn | None = None,
         on_first_token: FirstTokenFn | None = None,
+        on_kv_events: KVEventsFn | None = None,
     ) -> None:
         configs = [PodConfig(name=f"sim-{i}") for i in range(pods)] if isinstance(pods, int) else list(pods)
         if not configs:
@@ -162,6 +165,11 @@ class ClusterSim:
         self.seed = seed
         self.max_steps = max_steps
         self.engines = [Engine(c, seed) for c in configs]
+        # Each pod's KV events (vLLM's, as its ZMQ publisher would send them), delivered in-process.
+        self.on_kv_events = on_kv_events or getattr(router, "on_kv_events", None)
+        if self.on_kv_events is not None:
+            for e in self.engines:
+                e.enable_kv_events()
         self.index = {c.name: i for i, c in enumerate(configs)}
         if len(self.index) != len(configs):
             raise ValueError("pod names must be unique")
@@ -283,9 +291,17 @@ class _Run:
         self.views[i].scraped_at = now
         self._push(now + self.interval, _SCRAPE, i)
 
+    def _kv_events(self, eng: Engine, now: float) -> None:
+        on_kv = self.sim.on_kv_events
+        if on_kv is not None:
+            events = eng.take_kv_events()
+            if events:
+                on_kv(eng.name, KVEventBatch(ts=now, events=events))
+
     def _end_step(self, i: int, now: float) -> None:
         eng = self.engines[i]
         done = eng.finish_step()
+        self._kv_events(eng, now)
         first_token = self.sim.on_first_token
         if first_token is not None:
             for er in eng.first_tokens:
@@ -304,6 +320,7 @@ class _Run:
             if eng.in_flight:
                 continue
             end = eng.begin_step(now, self.sim.max_steps)
+            self._kv_events(eng, now)
             if end is not None:
                 self.step_ver[i] += 1
                 self._push(end, _STEP, i, self.step_ver[i])

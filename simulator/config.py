@@ -64,6 +64,10 @@ class PodConfig(_Strict):
         "max_tokens", description="random: seeded uniform 1..max_tokens unless ignore_eos"
     )
     seed: int | None = Field(None, description="overrides the cluster seed for this pod")
+    kv_events: bool = Field(False, description="publish vLLM KV events (ZMQ PUB + replay) and key blocks as vLLM does")
+    kv_events_port: int = Field(0, ge=0, le=65535, description="PUB port (0: a free one); replay port: a free one")
+    prefix_caching_hash_algo: Literal["sha256_cbor", "sha256", "xxhash_cbor", "xxhash"] = "sha256_cbor"
+    hash_seed: str = Field("", description="the PYTHONHASHSEED vLLM would run with (seeds NONE_HASH)")
 
     def all_labels(self) -> dict[str, str]:
         """The pod's labels including the llm-d role label."""

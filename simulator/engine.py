@@ -12,6 +12,13 @@ step's end time), waits until then in its own notion of time, and calls `finish_
 The HTTP driver does this in real time, the cluster simulation in virtual time. When the batch is
 decode-only and cannot change, `begin_step(now, max_steps=k)` plans up to k steps at once (the
 result is the same as k single steps); `truncate(now)` shortens such a run when a request arrives.
+
+With KV events on (`cfg.kv_events`, or `enable_kv_events()`), blocks are keyed as vLLM keys them
+(the prompt's token ids through `kvevents.BlockHasher` with the pod's hash algorithm and seed), and
+the cache's changes collect as vLLM's events — `BlockStored` when a full block is cached,
+`BlockRemoved` when one is evicted, `AllBlocksCleared` on `reset_prefix_cache()` — which the driver
+takes with `take_kv_events()` after each `begin_step` / `finish_step`. Off, the keys are Python's
+built-in hash of the prompt's blocks, the cheapest there is.
 """
 
 from __future__ import annotations
@@ -21,11 +28,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvevents import BlockHasher, BlockStored, KVEvent
 from simulator.config import PodConfig
 from simulator.kv_cache import KVCache
 from simulator.lora import LoraSlots
 from simulator.timing import StepCost
-from simulator.tokens import Prompt, block_hashes, count_tokens
+from simulator.tokens import Prompt, block_hashes, count_tokens, token_ids
 
 WAITING, TRANSFERRING, RUNNING, FINISHED, ABORTED = range(5)
 
@@ -44,6 +52,7 @@ class EngineRequest:
     remote_prefill: bool = False  # P/D decode side: the prompt's KV is pulled from a prefill pod
     remote_decode: bool = False  # P/D prefill side: stop after prefill and hand the KV over
     sink: Any = None  # the driver's per-request state
+    token_ids: list[int] | None = None  # kept only while KV events are on (BlockStored carries them)
     state: int = WAITING
     prefill_len: int = 0  # tokens to compute before decoding (prompt, or prompt + output after preemption)
     num_computed: int = 0
@@ -73,6 +82,9 @@ class Engine:
         self.max_num_seqs = cfg.max_num_seqs
         self.max_batched = cfg.max_num_batched_tokens
         self.kv = KVCache(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching)
+        self.hasher: BlockHasher | None = None
+        if cfg.kv_events:
+            self.enable_kv_events()
         self.lora = LoraSlots(cfg.max_loras)
         self.cost = StepCost(cfg.timing)
         self.adapters: dict[str, str] = {a: f"/adapters/{a}" for a in cfg.lora_adapters}
@@ -101,6 +113,30 @@ class Engine:
         self.steps = 0
         self.busy_time = 0.0
         self.finished_by_reason: dict[str, int] = {}
+
+    # ---- KV events ------------------------------------------------------------------------
+    def enable_kv_events(self) -> None:
+        """Key blocks as vLLM does and collect the cache's events (before any request arrives)."""
+        if self.hasher is None:
+            self.hasher = BlockHasher(self.block_size, self.cfg.prefix_caching_hash_algo, self.cfg.hash_seed)
+            self.kv.events = []
+
+    def take_kv_events(self) -> list[KVEvent]:
+        """The events since the last call (empty when events are off)."""
+        events = self.kv.events
+        if not events:
+            return []
+        self.kv.events = []
+        return events
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's /reset_prefix_cache: forget every cached block (an AllBlocksCleared); as in vLLM,
+        refused (False) while a request holds blocks."""
+        if self.kv.num_used:
+            return False
+        self.kv.clear()
+        self.version += 1
+        return True
 
     # ---- requests -------------------------------------------------------------------------
     def resolve_model(self, model: str) -> str | None:
@@ -151,7 +187,11 @@ class Engine:
             out = self.rng.randint(1, max_tokens)
         else:
             out = max_tokens
-        if hashes is None:
+        tokens = None
+        if self.hasher is not None:
+            tokens = token_ids(prompt)
+            hashes = self.hasher.hashes(tokens, lora_name=lora)
+        elif hashes is None:
             hashes = block_hashes(prompt, self.block_size, lora)
         return EngineRequest(
             request_id=request_id,
@@ -163,6 +203,7 @@ class Engine:
             lora=lora,
             remote_prefill=remote_prefill,
             remote_decode=remote_decode,
+            token_ids=tokens,
         )
 
     def add(self, r: EngineRequest) -> None:
@@ -443,9 +484,31 @@ class Engine:
         nb = min(len(r.block_hashes), upto_tokens // self.block_size)
         if nb > r.n_hashed:
             cache_block, blocks, hashes = self.kv.cache_block, r.blocks, r.block_hashes
-            for i in range(r.n_hashed, nb):
-                cache_block(blocks[i], hashes[i])
+            if self.kv.events is None:
+                for i in range(r.n_hashed, nb):
+                    cache_block(blocks[i], hashes[i])
+            else:
+                self._register_with_events(r, nb)
             r.n_hashed = nb
+
+    def _register_with_events(self, r: EngineRequest, nb: int) -> None:
+        """Cache blocks n_hashed..nb and emit one BlockStored per run of newly cached blocks."""
+        kv, bs, hashes, tokens = self.kv, self.block_size, r.block_hashes, r.token_ids
+        assert kv.events is not None and tokens is not None
+        run_start = -1
+        for i in range(r.n_hashed, nb + 1):
+            new = i < nb and kv.cache_block(r.blocks[i], hashes[i])
+            if new and run_start < 0:
+                run_start = i
+            elif not new and run_start >= 0:
+                kv.events.append(BlockStored(
+                    block_hashes=hashes[run_start:i],
+                    parent_block_hash=hashes[run_start - 1] if run_start > 0 else None,
+                    token_ids=tokens[run_start * bs : i * bs],
+                    block_size=bs,
+                    lora_name=r.lora,
+                ))  # fmt: skip
+                run_start = -1
 
     def _free(self, r: EngineRequest) -> None:
         self.kv.release(r.blocks)

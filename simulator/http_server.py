@@ -16,6 +16,7 @@ import random
 import socket
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -26,6 +27,7 @@ from simulator.config import FailureConfig, PodConfig
 from simulator.engine import FINISHED, Engine, EngineRequest
 from simulator.metrics import PodMetrics
 from simulator.openai_api import ChatBody, CompletionBody, LoraLoadBody, error_body, validation_error
+from simulator.pod_kv import PodKVEvents, reset_prefix_cache, tokenize
 from simulator.text import fake_tokens
 from simulator.tokens import Prompt, count_tokens, flatten_messages
 
@@ -92,6 +94,7 @@ class SimPod:
         self._t0 = 0.0
         self._vclock = 0.0
         self._ready_at = 0.0
+        self.kv_events: PodKVEvents | None = None
 
     # ---- identity ---------------------------------------------------------------------------
     @property
@@ -103,8 +106,11 @@ class SimPod:
         return self.cfg.all_labels()
 
     def info(self) -> dict[str, Any]:
-        """The pod as the gateway's pod list wants it: name, address, port, labels."""
-        return {"name": self.name, "address": self.host, "port": self.port, "labels": self.labels}
+        """The pod as the gateway's pod list wants it: name, address, port, labels (and kvEvents)."""
+        out: dict[str, Any] = {"name": self.name, "address": self.host, "port": self.port, "labels": self.labels}
+        if self.kv_events is not None:
+            out["kvEvents"] = self.kv_events.info()
+        return out
 
     def set_failures(self, failures: FailureConfig | dict[str, Any]) -> None:
         self.failures = FailureConfig.model_validate(failures) if isinstance(failures, dict) else failures
@@ -120,6 +126,8 @@ class SimPod:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/load_lora_adapter", self._load_lora)
         app.router.add_post("/v1/unload_lora_adapter", self._unload_lora)
+        app.router.add_post("/tokenize", partial(tokenize, self.engine))
+        app.router.add_post("/reset_prefix_cache", partial(reset_prefix_cache, lambda: self.kv_events, self.engine))
         app.on_response_prepare.append(self._tag)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -129,6 +137,12 @@ class SimPod:
             sock.close()
             raise
         self.port = sock.getsockname()[1]
+        if self.cfg.kv_events and self.kv_events is None:
+            try:
+                self.kv_events = PodKVEvents(self.engine, self.host)
+            except OSError:
+                sock.close()
+                raise
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         await web.SockSite(self._runner, sock, backlog=1024).start()
@@ -148,6 +162,9 @@ class SimPod:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.kv_events is not None:
+            self.kv_events.close()
+            self.kv_events = None
 
     # ---- engine loop ------------------------------------------------------------------------
     def _now(self) -> float:
@@ -171,6 +188,8 @@ class SimPod:
         while True:
             now = self._now()
             end = eng.begin_step(now)
+            if self.kv_events is not None:
+                self.kv_events.publish_pending()
             if end is None:
                 self._wake.clear()
                 timer = eng.next_timer()
@@ -191,6 +210,8 @@ class SimPod:
                 self._vclock = end
                 await asyncio.sleep(0)
             finished = eng.finish_step()
+            if self.kv_events is not None:
+                self.kv_events.publish_pending()
             for r in eng.emitted:
                 r.sink.emit(r)
             for r in finished:

@@ -4,11 +4,17 @@
 prompt block is registered under its chained hash so later requests with the same prefix reuse it.
 Unreferenced blocks sit in one LRU free queue (cached ones stay findable until reused, which is the
 eviction). Never-used blocks are handed out first, as vLLM's initial free queue is.
+
+With `events` set to a list, an eviction appends vLLM's `BlockRemoved` (one event per run of
+evictions) and `clear()` an `AllBlocksCleared`; the engine appends the `BlockStored` events.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
+
+from kvevents import AllBlocksCleared, BlockRemoved
 
 
 class KVCache:
@@ -17,6 +23,7 @@ class KVCache:
         "block_size",
         "cached",
         "enable_prefix_caching",
+        "events",
         "evictions",
         "free_lru",
         "next_fresh",
@@ -36,6 +43,7 @@ class KVCache:
         self.next_fresh = 0  # blocks [next_fresh, num_blocks) were never used
         self.num_used = 0  # blocks with ref > 0
         self.evictions = 0
+        self.events: list[Any] | None = None  # KV events for a publisher, when one listens
 
     @property
     def num_free(self) -> int:
@@ -87,17 +95,37 @@ class KVCache:
             if h is not None:
                 del self.cached[h]
                 self.evictions += 1
+                if self.events is not None:
+                    self._removed(h)
             out.append(b)
         for b in out:
             ref[b] = 1
         self.num_used += n
         return out
 
-    def cache_block(self, block_id: int, h: int) -> None:
-        """Register a full prompt block under its hash (first writer wins, like vLLM)."""
+    def cache_block(self, block_id: int, h: int) -> bool:
+        """Register a full prompt block under its hash (first writer wins, like vLLM); True if new."""
         if self.enable_prefix_caching and h not in self.cached:
             self.cached[h] = block_id
             self.block_hash[block_id] = h
+            return True
+        return False
+
+    def _removed(self, h: int) -> None:
+        events = self.events
+        assert events is not None
+        last = events[-1] if events else None
+        if isinstance(last, BlockRemoved):
+            last.block_hashes.append(h)
+        else:
+            events.append(BlockRemoved([h]))
+
+    def clear(self) -> None:
+        """Forget every cached hash (vLLM's prefix-cache reset); blocks in use stay allocated."""
+        self.cached.clear()
+        self.block_hash.clear()
+        if self.events is not None:
+            self.events.append(AllBlocksCleared())
 
     def release(self, block_ids: list[int]) -> None:
         """Drop one reference from each block; tail blocks are freed first so they are evicted first."""

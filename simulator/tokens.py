@@ -5,10 +5,15 @@ rule of thumb for English with a Llama-3 tokenizer is ~4), cut at fixed offsets 
 that share a text prefix share the same leading tokens and therefore the same block hashes. Prompts
 given as token ids (a list of ints) are used as they are. Chat messages are flattened with a fixed,
 Llama-3-like template so that the same conversation always yields the same text.
+
+`token_ids` gives those tokens ids (what `/tokenize` answers and what KV events and vLLM-style
+block keys are computed from): an ASCII chunk's id is its bytes read as a big-endian int (so
+distinct chunks have distinct ids), any other chunk's is 2**32 + its CRC-32.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +27,21 @@ def count_tokens(prompt: Prompt) -> int:
     if isinstance(prompt, str):
         return -(-len(prompt) // CHARS_PER_TOKEN)
     return len(prompt)
+
+
+def token_ids(prompt: Prompt) -> list[int]:
+    """The prompt's token ids: one per CHARS_PER_TOKEN characters of text (ids as they are)."""
+    if not isinstance(prompt, str):
+        return list(prompt)
+    step = CHARS_PER_TOKEN
+    out: list[int] = []
+    for i in range(0, len(prompt), step):
+        chunk = prompt[i : i + step]
+        if chunk.isascii():
+            out.append(int.from_bytes(chunk.encode(), "big"))
+        else:
+            out.append((1 << 32) + zlib.crc32(chunk.encode()))
+    return out
 
 
 def _content_text(content: Any) -> str:
