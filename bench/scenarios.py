@@ -58,7 +58,8 @@ class Scenario:
 
 
 def _shared_prefix(
-    name: str, title: str, spec: wl.SharedPrefixSpec, pods: int, source: str, duration_s: float
+    name: str, title: str, spec: wl.SharedPrefixSpec, pods: int, source: str, duration_s: float,
+    pod_blocks: int | None = None,
 ) -> Scenario:
     reuse = (
         "more questions per group when a rung needs more requests"
@@ -71,9 +72,10 @@ def _shared_prefix(
         description=(
             f"{spec.groups} groups x {spec.prompts_per_group} prompts, system prompt "
             f"{spec.tokens(spec.system_tokens)} tokens, question {spec.tokens(spec.question_tokens)}, "
-            f"output {spec.tokens(spec.output_tokens)} ({source}; {reuse}); {pods} pods."
+            f"output {spec.tokens(spec.output_tokens)} ({source}; {reuse}); {pods} pods"
+            + (f" of {pod_blocks:,} KV blocks." if pod_blocks else ".")
         ),
-        pods=lambda: make_pod_configs(pods),
+        pods=lambda: make_pod_configs(pods, **({"num_gpu_blocks": pod_blocks} if pod_blocks else {})),
         workload=lambda rate, seed, n: wl.shared_prefix_workload(spec, rate, seed, n),
         fractions=(0.25, 0.5, 0.75, NEAR_SATURATION, 1.1),
         policies=(*OURS, *ALL_PEERS),
@@ -98,6 +100,16 @@ def build_scenarios() -> dict[str, Scenario]:
             8,
             f"llm-d's 6,000 / 1,200 / 1,000 scaled by {wl.LLMD_SCALE}",
             60,
+        ),
+        _shared_prefix(
+            "cache-pressure",
+            "Cache pressure (prefixes 3x the pool's KV cache)",
+            wl.CACHE_PRESSURE,
+            8,
+            f"system prompts {wl.prefix_to_cache_ratio(wl.CACHE_PRESSURE, 8, wl.CACHE_PRESSURE_POD_BLOCKS):.0f}x "
+            "the pool's KV cache, so pods evict",
+            40,
+            pod_blocks=wl.CACHE_PRESSURE_POD_BLOCKS,
         ),
         Scenario(
             name="multi-lora",

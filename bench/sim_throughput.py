@@ -4,6 +4,10 @@
                                              # concurrency 32 from this process, short non-streaming requests
     python -m bench.sim_throughput cluster   # 10,000 requests over 32 pods in virtual time, per baseline
 
+`--kv-events` runs the pods with vLLM KV events on (ZMQ publishing over HTTP; in-process delivery
+in the cluster simulation); `http --prompt-tokens N` sends a new N-token prompt each request, so
+every request caches new blocks (and publishes them).
+
 Only 127.0.0.1 is ever a target. Figures go to docs/BENCHMARKS.md ("Simulator throughput",
 "Cluster simulation speed").
 """
@@ -29,10 +33,14 @@ from simulator.report import percentile
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def start_pods(n: int, time_scale: float) -> tuple[subprocess.Popen[str], list[dict[str, Any]]]:
+def start_pods(
+    n: int, time_scale: float, kv_events: bool = False
+) -> tuple[subprocess.Popen[str], list[dict[str, Any]]]:
     """Run `python -m simulator` in another process; returns it and its pod list."""
+    extra = ["--kv-events"] if kv_events else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator", "--pods", str(n), "--base-port", "0", "--time-scale", str(time_scale)],
+        [sys.executable, "-m", "simulator", "--pods", str(n), "--base-port", "0", "--time-scale", str(time_scale),
+         *extra],
         cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert proc.stdout is not None
@@ -41,8 +49,17 @@ def start_pods(n: int, time_scale: float) -> tuple[subprocess.Popen[str], list[d
     return proc, json.loads(proc.stdout.readline())
 
 
-async def drive(urls: list[str], concurrency: int, duration: float, warmup: float) -> dict[str, Any]:
-    body = {"model": DEFAULT_MODEL, "prompt": "Say hello to the simulator, please.", "max_tokens": 8}
+def _prompt(k: int, tokens: int) -> str:
+    if tokens <= 0:
+        return "Say hello to the simulator, please."
+    head = f"request {k:012d} "
+    return (head * (tokens * 4 // len(head) + 1))[: tokens * 4]
+
+
+async def drive(urls: list[str], concurrency: int, duration: float, warmup: float,
+                prompt_tokens: int = 0) -> dict[str, Any]:
+    body = {"model": DEFAULT_MODEL, "prompt": _prompt(0, 0), "max_tokens": 8}
+    counter = iter(range(1 << 62))
     latencies: list[float] = []
     errors = 0
     connector = aiohttp.TCPConnector(limit=concurrency * 2)
@@ -56,7 +73,8 @@ async def drive(urls: list[str], concurrency: int, duration: float, warmup: floa
             while (now := time.perf_counter()) < t_end:
                 url = urls[k % len(urls)]
                 k += 1
-                async with session.post(url + "/v1/completions", json=body) as resp:
+                req = body if prompt_tokens <= 0 else {**body, "prompt": _prompt(next(counter), prompt_tokens)}
+                async with session.post(url + "/v1/completions", json=req) as resp:
                     await resp.read()
                     ok = resp.status == 200
                 done = time.perf_counter()
@@ -78,14 +96,15 @@ async def drive(urls: list[str], concurrency: int, duration: float, warmup: floa
 
 
 def bench_http(args: argparse.Namespace) -> dict[str, Any]:
-    proc, pods = start_pods(args.pods, args.time_scale)
+    proc, pods = start_pods(args.pods, args.time_scale, args.kv_events)
     try:
         urls = [f"http://{p['address']}:{p['port']}" for p in pods]
-        result = asyncio.run(drive(urls, args.concurrency, args.duration, args.warmup))
+        result = asyncio.run(drive(urls, args.concurrency, args.duration, args.warmup, args.prompt_tokens))
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=10)
-    return {"pods": args.pods, "concurrency": args.concurrency, "time_scale": args.time_scale, **result}
+    return {"pods": args.pods, "concurrency": args.concurrency, "time_scale": args.time_scale,
+            "kv_events": args.kv_events, "prompt_tokens": args.prompt_tokens, **result}
 
 
 def bench_cluster(args: argparse.Namespace) -> dict[str, Any]:
@@ -95,8 +114,10 @@ def bench_cluster(args: argparse.Namespace) -> dict[str, Any]:
     workload = generate_workload(spec)
     out: dict[str, Any] = {"requests": args.requests, "pods": args.cluster_pods, "rate": args.rate,
                            "workload_gen_s": round(time.perf_counter() - t0, 2)}  # fmt: skip
+    pods = make_pod_configs(args.cluster_pods, kv_events=args.kv_events)
+    out["kv_events"] = args.kv_events
     for name, cls in BASELINES.items():
-        report = run_cluster_sim(make_pod_configs(args.cluster_pods), workload, cls(seed=0))
+        report = run_cluster_sim(pods, workload, cls(seed=0))
         out[name] = {"wall_s": round(report.wall_time_s, 2), "simulated_s": round(report.duration, 1),
                      "ttft_p50_ms": round(report.ttft.p50 * 1000, 1), "ttft_p99_ms": round(report.ttft.p99 * 1000, 1),
                      "prefix_hit_rate": round(report.prefix_hit_rate, 3)}  # fmt: skip
@@ -112,10 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     http.add_argument("--duration", type=float, default=10.0)
     http.add_argument("--warmup", type=float, default=2.0)
     http.add_argument("--time-scale", type=float, default=0.0)
+    http.add_argument("--kv-events", action="store_true")
+    http.add_argument("--prompt-tokens", type=int, default=0, help="0: the short fixed prompt")
     cluster = sub.add_parser("cluster", help="virtual-time cluster simulation: wall time")
     cluster.add_argument("--requests", type=int, default=10_000)
     cluster.add_argument("--cluster-pods", type=int, default=32)
     cluster.add_argument("--rate", type=float, default=200.0)
+    cluster.add_argument("--kv-events", action="store_true", help="pods key blocks as vLLM and collect events")
     args = parser.parse_args(argv)
     result = bench_http(args) if args.mode == "http" else bench_cluster(args)
     print(json.dumps(result, indent=2))

@@ -2,7 +2,8 @@
 
 Real time behind vLLM's OpenAI HTTP surface (`SimPod`, `SimCluster`, `start_sim_pods_in_thread`) and
 virtual time in a discrete-event cluster simulation (`ClusterSim`, `run_cluster_sim`). Imports only
-the standard library, aiohttp, prometheus-client, pydantic and pyyaml.
+the standard library, aiohttp, prometheus-client, pydantic, pyyaml and kvevents (vLLM's KV events,
+which pods publish when `kv_events` is set).
 """
 
 from simulator.baselines import BASELINES, LeastQueue, PowerOfTwo, RandomRouter, RoundRobin

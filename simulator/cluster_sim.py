@@ -292,11 +292,10 @@ class _Run:
         self._push(now + self.interval, _SCRAPE, i)
 
     def _kv_events(self, eng: Engine, now: float) -> None:
+        events = eng.take_kv_events()  # taken even with no listener (pods with kv_events set), so none pile up
         on_kv = self.sim.on_kv_events
-        if on_kv is not None:
-            events = eng.take_kv_events()
-            if events:
-                on_kv(eng.name, KVEventBatch(ts=now, events=events))
+        if events and on_kv is not None:
+            on_kv(eng.name, KVEventBatch(ts=now, events=events))
 
     def _end_step(self, i: int, now: float) -> None:
         eng = self.engines[i]

@@ -2,10 +2,13 @@
 
 from bench.workloads.common import WorkloadUnavailable, completion_request
 from bench.workloads.shared_prefix import (
+    CACHE_PRESSURE,
+    CACHE_PRESSURE_POD_BLOCKS,
     LLMD_SCALE,
     LLMD_SHARED_PREFIX,
     SGLANG_GSP,
     SharedPrefixSpec,
+    prefix_to_cache_ratio,
     shared_prefix_workload,
 )
 from bench.workloads.sharegpt import ShareGPTSpec, load_conversations, parse_records, sharegpt_workload
@@ -21,6 +24,8 @@ from bench.workloads.synthetic import (
 )
 
 __all__ = [
+    "CACHE_PRESSURE",
+    "CACHE_PRESSURE_POD_BLOCKS",
     "CRITICAL",
     "LLMD_SCALE",
     "LLMD_SHARED_PREFIX",
@@ -36,6 +41,7 @@ __all__ = [
     "mixed_priority_spec",
     "multi_lora_spec",
     "parse_records",
+    "prefix_to_cache_ratio",
     "random_prompt_workload",
     "shared_prefix_workload",
     "sharegpt_workload",

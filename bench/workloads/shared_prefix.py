@@ -11,7 +11,12 @@
   (`mode="sample"`), as a load generator cycling through a fixed prompt set does. Every length is
   scaled by `LLMD_SCALE` (0.5: 3,000 / 600 / 500): unscaled, a request (7,200 + 1,000 tokens) does
   not fit the simulated pod's max_model_len of 8,192; halved, the shape (the prefix is 5/6 of the
-  prompt, the output 1/6 of it) is kept and a run takes seconds."""
+  prompt, the output 1/6 of it) is kept and a run takes seconds.
+* `CACHE_PRESSURE` — prefixes that do not fit: 384 groups x 4 prompts, a 2,048-token system prompt,
+  a 128-token question, 128 output tokens, drawn at random (`mode="sample"`), for pods of
+  `CACHE_PRESSURE_POD_BLOCKS` (2,048) blocks of 16 tokens. The system prompts total 786,432
+  tokens, 3x the 8-pod pool's 262,144 tokens of KV cache, so pods evict all the time and an index
+  that remembers where it sent a prefix is often wrong about what a pod still holds (issue 14)."""
 
 from __future__ import annotations
 
@@ -44,6 +49,17 @@ class SharedPrefixSpec:
 SGLANG_GSP = SharedPrefixSpec(
     groups=64, prompts_per_group=16, system_tokens=2048, question_tokens=128, output_tokens=256
 )
+CACHE_PRESSURE = SharedPrefixSpec(
+    groups=384, prompts_per_group=4, system_tokens=2048, question_tokens=128, output_tokens=128, mode="sample"
+)
+CACHE_PRESSURE_POD_BLOCKS = 2048
+
+
+def prefix_to_cache_ratio(spec: SharedPrefixSpec, pods: int, blocks_per_pod: int, block_size: int = 16) -> float:
+    """The distinct system-prompt tokens over the pool's KV-cache tokens."""
+    return spec.groups * spec.tokens(spec.system_tokens) / (pods * blocks_per_pod * block_size)
+
+
 LLMD_SHARED_PREFIX = SharedPrefixSpec(
     groups=150,
     prompts_per_group=5,
