@@ -8,7 +8,8 @@ events (kvevents, in virtual time) to the precise policy; every policy sees the 
 `--rate` is a fraction of the scenario's capacity (round-robin's, from `--capacity` or the last
 `epp bench` result in bench/results, else calibrated). Prints TTFT p50/p90/p99, throughput, prefix
 hit rate, and how often each index's predicted cached tokens for the chosen pod were right (within
-one block of what the pod served from its cache; cache_aware predicts no token count)."""
+one block of what the pod served from its cache; cache_aware predicts no token count), over all
+requests and over those where the prediction or the pod's cache hit was not zero."""
 
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ def run(scenario_name: str, rate_x: float, capacity: float, duration: float, see
                 "throughput": report.output_token_throughput,
                 "hit_rate": report.prefix_hit_rate,
                 "predicted_right": (pred["right"] / pred["total"]) if pred and pred["total"] else None,
+                "predicted_right_cached": (pred["right_cached"] / pred["total_cached"])
+                if pred and pred["total_cached"]
+                else None,
             }
         )
     return rows
@@ -73,17 +77,21 @@ def main() -> None:
     given = {k: float(v) for k, v in (kv.split("=") for kv in args.capacity.split(",") if kv)}
     known = build_scenarios()
     print(f"load average {os.getloadavg()[0]:.2f}")
-    print("| scenario | policy | req/s | TTFT p50 s | p90 s | p99 s | output tok/s | prefix hit | predicted right |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| scenario | policy | req/s | TTFT p50 s | p90 s | p99 s | output tok/s | prefix hit | predicted right "
+        "| right where cached |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.scenarios.split(","):
         if name not in known:
             print(f"| {name} | (no such scenario here) |")
             continue
         for r in run(name, args.rate, capacity_of(name, given, args.seed), args.duration, args.seed):
             right = "n/a" if r["predicted_right"] is None else f"{r['predicted_right']:.2f}"
+            cached = "n/a" if r["predicted_right_cached"] is None else f"{r['predicted_right_cached']:.2f}"
             print(
                 f"| {r['scenario']} | {r['policy']} | {r['rate']} | {r['ttft_p50']:.3f} | {r['ttft_p90']:.3f} | "
-                f"{r['ttft_p99']:.3f} | {r['throughput']:.0f} | {r['hit_rate']:.2f} | {right} |",
+                f"{r['ttft_p99']:.3f} | {r['throughput']:.0f} | {r['hit_rate']:.2f} | {right} | {cached} |",
                 flush=True,
             )
     print(f"load average {os.getloadavg()[0]:.2f}")

@@ -97,7 +97,8 @@ class SchedulerRouter:
             self.on_kv_events = self._on_kv_events  # the simulation delivers events only when this exists
         self._live: set[str] = set()
         self._predicted: dict[str, tuple[int, int]] = {}  # request id -> (predicted tokens, block size)
-        self.predictions = {"right": 0, "total": 0}
+        # right / total over completed requests; *_cached: only those predicted or served with a cache hit
+        self.predictions = {"right": 0, "total": 0, "right_cached": 0, "total_cached": 0}
 
     def _on_kv_events(self, pod: str, batch: object) -> None:
         for sink in self.kv_sinks:
@@ -215,8 +216,12 @@ class SchedulerRouter:
             self.scheduler.response_complete(req, pod)
         predicted = self._predicted.pop(request.request_id, None)
         if predicted is not None and result.status == "ok":
+            right = abs(predicted[0] - result.cached_tokens) <= predicted[1]
             self.predictions["total"] += 1
-            self.predictions["right"] += abs(predicted[0] - result.cached_tokens) <= predicted[1]
+            self.predictions["right"] += right
+            if predicted[0] or result.cached_tokens:
+                self.predictions["total_cached"] += 1
+                self.predictions["right_cached"] += right
 
 
 def prefill_target(result: SchedulingResult) -> str | None:
