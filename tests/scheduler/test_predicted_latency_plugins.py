@@ -163,3 +163,21 @@ def test_shipped_slo_config_loads():
 
     sched = Scheduler.from_config(load_config_file(Path(__file__).parents[2] / "configs" / "slo.yaml"))
     assert "predicted-latency-producer" in sched.plugins
+
+
+def test_the_inlined_hot_path_predicts_what_the_model_does():
+    from scheduler.cycle_state import CycleState
+    from scheduler.plugins.producers.predicted_latency import _tpot_features, _ttft_features
+
+    sched, _ = trained()
+    producer = sched.plugins["predicted-latency-producer"]
+    pool = [
+        Endpoint(name=f"pod-{i}", address="h", port=1, metrics=Metrics(i, 2 * i, kv_cache_usage_percent=i / 10))
+        for i in range(5)
+    ]
+    req = LLMRequest("q", "m", body={"prompt": "y" * 400})
+    predicted = producer.predictions(CycleState(), req, pool)
+    for ep in pool:
+        x = _ttft_features(ep, 100, 0, 0)
+        assert predicted[ep.name].ttft_ms == pytest.approx(producer.ttft.predict(ep.name, x))
+        assert predicted[ep.name].tpot_ms == pytest.approx(producer.tpot.predict(ep.name, _tpot_features(ep, 0)))

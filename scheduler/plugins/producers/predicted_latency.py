@@ -37,7 +37,7 @@ from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 LOST_AFTER_S = 600.0
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Prediction:
     ttft_ms: float
     tpot_ms: float | None  # None until the TPOT model is warm
@@ -102,16 +102,30 @@ class PredictedLatencyProducer(Plugin):
             return cached or None
         out: dict[str, Prediction] = {}
         if self.ttft.warm:
+            # The hot path: one dot product per endpoint, inlined (the features of _ttft_features /
+            # _tpot_features, in their order), about 1 µs an endpoint.
             prompt = prompt_tokens(request)
             matches = cycle_state.attribute_by_endpoint(PREFIX_MATCH_KEY)
             prefill, new, running = self.prefill.totals(), self.new.totals(), self.running.totals()
+            ttft_ready, ttft_pool = self.ttft.weights()  # type: ignore[misc] (warm)
+            tpot_weights = self.tpot.weights()
+            tpot_ready, tpot_pool = tpot_weights if tpot_weights is not None else ({}, None)
             for ep in endpoints:
-                name = ep.name
-                uncached = uncached_tokens(prompt, matches.get(name))
-                x = _ttft_features(ep, uncached, prefill.get(name, 0), new.get(name, 0))
-                ttft = self.ttft.predict(name, x)
-                tpot = self.tpot.predict(name, _tpot_features(ep, running.get(name, 0)))
-                out[name] = Prediction(ttft, tpot)  # type: ignore[arg-type] (warm: not None)
+                name, m = ep.name, ep.metrics
+                match = matches.get(name) if matches else None
+                uncached = prompt if match is None else max(0, prompt - match.match_tokens)
+                a = ttft_ready.get(name, ttft_pool).theta
+                ttft = (
+                    a[0] + a[1] * m.waiting_queue_size + a[2] * m.running_requests_size
+                    + a[3] * m.kv_cache_usage_percent + a[4] * uncached / 1000.0
+                    + a[5] * prefill.get(name, 0) / 1000.0 + a[6] * new.get(name, 0)
+                )  # fmt: skip
+                tpot = None
+                if tpot_pool is not None:
+                    b = tpot_ready.get(name, tpot_pool).theta
+                    tpot = b[0] + b[1] * m.running_requests_size + b[2] * m.kv_cache_usage_percent
+                    tpot = max(0.0, tpot + b[3] * running.get(name, 0))
+                out[name] = Prediction(max(0.0, ttft), tpot)
         cycle_state.write(self._state_key, out)
         return out or None
 
