@@ -21,7 +21,7 @@ plugins:
 - type: slo-headroom-tier-filter
 - type: latency-slo-admitter
 - type: latency-scorer
-  parameters: {headroomSelection: HEADROOM}
+  parameters: {headroomSelectionStrategy: HEADROOM}
 - type: max-score-picker
 schedulingProfiles:
 - name: default
@@ -41,8 +41,9 @@ class Clock:
         return self.now
 
 
-def ep(name: str, waiting: int) -> Endpoint:
-    return Endpoint(name=name, address="127.0.0.1", port=8000, metrics=Metrics(waiting_queue_size=waiting))
+def ep(name: str, waiting: int, running: int = 2, kv: float = 0.3) -> Endpoint:
+    metrics = Metrics(waiting_queue_size=waiting, running_requests_size=running, kv_cache_usage_percent=kv)
+    return Endpoint(name=name, address="127.0.0.1", port=8000, metrics=metrics)
 
 
 def trained(headroom: str = "least") -> tuple[Scheduler, Clock]:
@@ -121,6 +122,20 @@ def test_the_admitter_refuses_a_sheddable_request_no_endpoint_can_serve_in_time(
     assert "x-slo-ttft-ms=10" in err.value.message and "pod-0" in err.value.message
     assert pick(sched, {"x-slo-ttft-ms": "10"}, priority=0) == "pod-0"  # onlySheddable: others go through
     assert pick(sched, {"x-slo-ttft-ms": "30"}, priority=-1) == "pod-0"  # one endpoint meets it
+
+
+@pytest.mark.parametrize(
+    ("quiet", "admitted"),
+    [(ep("pod-3", 0, running=0, kv=0.3), True), (ep("pod-3", 9, running=4, kv=0.01), True), (ep("pod-3", 9), False)],
+)
+def test_the_admitter_admits_when_an_endpoint_is_idle_or_cold(quiet, admitted):
+    sched, _ = trained()
+    pool = [*POOL, quiet]
+    if admitted:
+        assert pick(sched, {"x-slo-ttft-ms": "10"}, priority=-1, pool=pool)
+    else:
+        with pytest.raises(SchedulingError):
+            pick(sched, {"x-slo-ttft-ms": "10"}, priority=-1, pool=pool)
 
 
 def test_a_malformed_header_fails_the_request_as_a_bad_request():

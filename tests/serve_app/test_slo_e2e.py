@@ -22,6 +22,7 @@ plugins:
 - type: predicted-latency-producer
   parameters: {minSamples: 4}
 - type: latency-slo-admitter
+  parameters: {admitIdleOrCold: false}  # the quiet test pods would always admit
 - type: slo-headroom-tier-filter
 - type: latency-scorer
 - type: queue-scorer
