@@ -196,3 +196,30 @@ def test_the_inlined_hot_path_predicts_what_the_model_does():
         x = _ttft_features(ep, 100, 0, 0)
         assert predicted[ep.name].ttft_ms == pytest.approx(producer.ttft.predict(ep.name, x))
         assert predicted[ep.name].tpot_ms == pytest.approx(producer.tpot.predict(ep.name, _tpot_features(ep, 0)))
+
+
+def test_llm_d_s_own_shape_loads_and_routes():
+    """llm-d's predicted-latency sample lists the producer in the profile (streamingMode: true)."""
+    sched = Scheduler.from_config(load_config(LLMD_SHAPE))
+    assert sched.plugins["predicted-latency-producer"].params.streaming_mode is True
+    req = LLMRequest("r", "m", body={"prompt": "x"}, headers={"x-slo-ttft-ms": "100"})
+    assert sched.schedule(req, POOL).target.name in {"pod-0", "pod-1", "pod-2"}  # cold: every endpoint passes
+
+
+LLMD_SHAPE = """
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: predicted-latency-producer
+  parameters: {streamingMode: true}
+- type: latency-scorer
+- type: weighted-random-picker
+- type: slo-headroom-tier-filter
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: predicted-latency-producer
+  - pluginRef: slo-headroom-tier-filter
+  - pluginRef: latency-scorer
+  - pluginRef: weighted-random-picker
+"""

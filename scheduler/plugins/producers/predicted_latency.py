@@ -25,7 +25,14 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Parameters, Plugin, PluginHandle, PreRequest, ResponseComplete, ResponseFirstToken
+from scheduler.interfaces import (
+    Filter,
+    Parameters,
+    PluginHandle,
+    PreRequest,
+    ResponseComplete,
+    ResponseFirstToken,
+)
 from scheduler.plugins.support.inflight import InFlightLedger
 from scheduler.plugins.support.inflight_load import CLIENT_OUTPUT_LIMITS
 from scheduler.plugins.support.latency_model import TPOT_FEATURES, TTFT_FEATURES, LatencyModel
@@ -54,6 +61,10 @@ class _Pending:
 
 
 class PredictedLatencyParameters(Parameters):
+    # llm-d's: with true it trains TTFT from the first streamed token and TPOT from the stream.
+    # Here that is what happens either way: a streamed response teaches TTFT and TPOT, and a
+    # non-streamed one teaches nothing (the hooks see no first token). Accepted so llm-d's configs load.
+    streaming_mode: bool = Field(default=False, alias="streamingMode")
     min_samples: int = Field(default=16, alias="minSamples", ge=1)
     forgetting_factor: float = Field(default=0.995, alias="forgettingFactor", gt=0.5, le=1.0)
 
@@ -67,9 +78,15 @@ def output_tokens(request: LLMRequest) -> int:
 
 
 @register
-class PredictedLatencyProducer(Plugin):
+class PredictedLatencyProducer(Filter):
+    """A filter only so that llm-d's configs, which list the producer in the profile (it prepares
+    data there), load: as a filter it passes every endpoint."""
+
     type_name = "predicted-latency-producer"
     Parameters = PredictedLatencyParameters
+
+    def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
+        return endpoints
 
     def setup(self, handle: PluginHandle) -> None:
         p = self.params
