@@ -11,8 +11,12 @@ from scheduler import CycleState, Endpoint, LLMRequest, ProfileRunResult, Schedu
 
 # The body fields plugins read: the prompt text (completion prompt, or chat messages, which also
 # tell multimodal content apart) and the prefix-cache salt; `model` for plugins that read the body's
-# own model name. Generation parameters, tools, response formats and the like stay in the gateway.
-SCHEDULING_BODY_FIELDS = ("model", "prompt", "messages", "cache_salt")
+# own model name; the client's output limit, which `inflight-load-producer` estimates output by and
+# `predicted-latency-producer` divides decode time by (TPOT). Other generation parameters, tools,
+# response formats and the like stay in the gateway.
+SCHEDULING_BODY_FIELDS = (
+    "model", "prompt", "messages", "cache_salt", "max_tokens", "max_completion_tokens", "max_output_tokens",
+)  # fmt: skip
 
 
 def for_scheduling(request: LLMRequest) -> LLMRequest:

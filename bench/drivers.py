@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from bench.metrics import ERROR, SHED, Outcome, dist_ms, summarize
 from bench.policies import make_policy
-from simulator import PodConfig, PodView, RequestResult, SimRequest, run_cluster_sim
+from simulator import HOLD, PodConfig, PodView, RequestResult, SimRequest, run_cluster_sim
 from simulator.report import DROPPED, OK, REJECTED
 
 
@@ -32,20 +32,41 @@ class Driver(Protocol):
 
 
 class TimedRouter:
-    """Wraps a router to time each decision (wall clock): the policy's overhead per request."""
+    """Wraps a router to time each decision (wall clock): the policy's overhead per request.
+
+    A router that holds requests (flow control answers HOLD and hands them back from `poll`)
+    decides in `poll`: a held request's decision time is its `route` call (the enqueue) plus its
+    share of the `poll` call that released it, so `route_s` has one entry per decided request."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.route_s: list[float] = []
+        self._held: dict[str, float] = {}  # request id -> its route (enqueue) time
         self._on_complete = getattr(inner, "on_complete", None)
         if callable(getattr(inner, "on_first_token", None)):
             self.on_first_token = inner.on_first_token
+        if callable(getattr(inner, "poll", None)):
+            self._poll = inner.poll
+            self.poll = self._timed_poll
+            self.next_poll = inner.next_poll
 
     def route(self, request: SimRequest, pods: list[PodView], now: float) -> Any:
         t = time.perf_counter()
         decision = self.inner.route(request, pods, now)
-        self.route_s.append(time.perf_counter() - t)
+        elapsed = time.perf_counter() - t
+        if decision is HOLD:
+            self._held[request.request_id] = elapsed
+        else:
+            self.route_s.append(elapsed)
         return decision
+
+    def _timed_poll(self, pods: list[PodView], now: float) -> list[tuple[SimRequest, Any]]:
+        t = time.perf_counter()
+        released = self._poll(pods, now)
+        if released:
+            share = (time.perf_counter() - t) / len(released)
+            self.route_s.extend(self._held.pop(r.request_id, 0.0) + share for r, _ in released)
+        return released
 
     def on_complete(self, request: SimRequest, pod: str | None, result: RequestResult) -> None:
         if self._on_complete is not None:

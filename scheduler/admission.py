@@ -12,7 +12,8 @@ alone, as llm-d's loader wires exactly the named plugin, plus any llm-d Admitter
 `per_request`, asked for every sheddable request as llm-d's admission plugins are).
 
 With the `flowControl` gate on, the same detectors gate the flow-control queue's dispatch
-(scheduler/flowcontrol/controller.py) instead of shedding."""
+(scheduler/flowcontrol/controller.py) instead of shedding, through their `saturation` and the
+config's usage-limit policy."""
 
 from __future__ import annotations
 
@@ -48,3 +49,9 @@ def admission_detectors(
 
 def pool_saturated(detectors: Iterable[SaturationDetector], endpoints: list[Endpoint]) -> bool:
     return any(d.is_pool_saturated(endpoints) for d in detectors)
+
+
+def pool_saturation(detectors: Iterable[SaturationDetector], endpoints: list[Endpoint]) -> float:
+    """The pool's saturation for flow control: the highest any detector reports (so it reaches 1.0
+    exactly when `pool_saturated` says yes), 0.0 with no detector."""
+    return max((d.saturation(endpoints) for d in detectors), default=0.0)

@@ -192,6 +192,12 @@ class SaturationDetector(Plugin):
     @abstractmethod
     def is_pool_saturated(self, endpoints: list[Endpoint]) -> bool: ...
 
+    def saturation(self, endpoints: list[Endpoint]) -> float:
+        """How full the pool is, 0 idle to 1 saturated (llm-d's Saturation(); may exceed 1): what a
+        usage-limit policy compares each band's ceiling with. A detector that only answers yes or no
+        is 1 or 0."""
+        return 1.0 if self.is_pool_saturated(endpoints) else 0.0
+
 
 class OrderingPolicy(Plugin):
     """Orders the requests within one flow's queue (GIE / llm-d flow control's OrderingPolicy):
@@ -210,6 +216,16 @@ class FairnessPolicy(Plugin):
 
     @abstractmethod
     def pick(self, flows: list[FlowQueue], state: dict[str, Any]) -> FlowQueue: ...
+
+
+class UsageLimitPolicy(Plugin):
+    """Which priority bands of the flow-control queue may dispatch at the pool's saturation (llm-d's
+    UsageLimitPolicy): one ceiling per band, `priorities` highest first; a band whose ceiling is at
+    or below the saturation is held, and so is every band after it (the queue stops at the first).
+    Ceilings must not rise from a higher band to a lower one. Called once per dispatch cycle."""
+
+    @abstractmethod
+    def ceilings(self, saturation: float, priorities: list[int]) -> list[float]: ...
 
 
 class PDDecider(Plugin):
@@ -233,6 +249,26 @@ class PDDecider(Plugin):
         return True
 
 
+class KVEventSink(Plugin):
+    """Consumes model servers' KV-cache events (vLLM's KV events: blocks stored, removed, all
+    cleared). The runtime finds every plugin with this role (`kv_event_sinks`), subscribes to each
+    pod's event stream while the pod is in the pool, and feeds the sinks each pod's batches in
+    order, and the stream's status when it changes (`live`, `gapped`, `silent`)."""
+
+    @abstractmethod
+    def apply_kv_events(self, pod: str, batches: list[Any]) -> None:
+        """A pod's next event batches (`kvevents.KVEventBatch`), oldest first."""
+
+    @abstractmethod
+    def set_kv_event_status(self, pod: str, status: str) -> None:
+        """A pod's event stream is `live`, `gapped` (messages lost and not replayed) or `silent`
+        (nothing for too long); a pod that left the pool is `gone`."""
+
+    @abstractmethod
+    def kv_event_port(self) -> int:
+        """The ZMQ port a pod publishes on when its spec names none (llm-d's socketPort)."""
+
+
 class PluginTimer(Protocol):
     """Receives how long each plugin call took (for `…_plugin_duration_seconds`)."""
 
@@ -241,10 +277,19 @@ class PluginTimer(Protocol):
 
 ROLES: tuple[type[Plugin], ...] = (
     Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
-    ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy,
+    ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink, UsageLimitPolicy,
 )  # fmt: skip
 
 
 def roles_of(plugin: Plugin | type[Plugin]) -> list[str]:
     cls = plugin if isinstance(plugin, type) else type(plugin)
     return [role.__name__ for role in ROLES if issubclass(cls, role)]
+
+
+def kv_event_sinks(plugins: list[Plugin]) -> list[KVEventSink]:
+    """The plugins that consume KV events, each once."""
+    seen: dict[int, KVEventSink] = {}
+    for plugin in plugins:
+        if isinstance(plugin, KVEventSink):
+            seen.setdefault(id(plugin), plugin)
+    return list(seen.values())

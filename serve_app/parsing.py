@@ -8,7 +8,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler import LLMRequest
+from scheduler import LLMRequest, SchedulingError
+from scheduler.plugins.support.slo import parse_slo_headers
 from serve_app.errors import GatewayError, bad_request
 from serve_app.settings import GatewaySettings
 
@@ -69,6 +70,10 @@ def parse_request(
         clean.pop(name, None)
     request_id = clean.get(REQUEST_ID_HEADER) or f"{_id_prefix}{next(_ids)}"
     clean[REQUEST_ID_HEADER] = request_id
+    try:  # llm-d's SLO headers, checked here so a malformed one is a 400 before any scheduling
+        parse_slo_headers(clean)
+    except SchedulingError as err:
+        raise bad_request(err.message) from None
     llm_request = LLMRequest(
         request_id=request_id,
         target_model=model,

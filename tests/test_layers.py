@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = {"scheduler", "actors", "serve_app", "simulator", "bench"}
+PROJECT = {"scheduler", "actors", "serve_app", "simulator", "kvevents", "bench"}
 # The command line: the one place in serve_app/ that wires every layer, simulated pods included.
 COMPOSITION_ROOT = {"serve_app/cli.py", "serve_app/up.py", "serve_app/launch.py"}
 
 MAY_IMPORT = {
-    "scheduler": set(),
-    "simulator": set(),
-    "actors": {"scheduler", "ray"},
-    "serve_app": {"actors", "scheduler", "ray"},
+    "kvevents": set(),
+    "scheduler": {"kvevents"},
+    "simulator": {"kvevents"},
+    "actors": {"scheduler", "kvevents", "ray"},
+    "serve_app": {"actors", "scheduler", "kvevents", "ray"},
     "bench": PROJECT | {"ray"},
 }
 

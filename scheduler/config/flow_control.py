@@ -19,6 +19,7 @@ from scheduler.duration import duration_seconds
 FEATURE_GATE = "flowControl"  # llm-d-router pkg/epp/flowcontrol/config.go
 DEFAULT_ORDERING_POLICY = "fcfs-ordering-policy"
 DEFAULT_FAIRNESS_POLICY = "global-strict-fairness-policy"
+DEFAULT_USAGE_LIMIT_POLICY = "static-usage-limit-policy"  # llm-d registry/config.go DefaultUsageLimitPolicyRef
 DEFAULT_REQUEST_TTL_S = 60.0
 DEFAULT_BAND_MAX_REQUESTS = 5000  # a per-band limit is always bounded (llm-d registry/config.go)
 DEFAULT_BAND_MAX_BYTES = 1_000_000_000

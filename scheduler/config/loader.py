@@ -15,7 +15,9 @@ from scheduler.config.build import build_plugins
 from scheduler.config.flow_control import (
     DEFAULT_FAIRNESS_POLICY,
     DEFAULT_ORDERING_POLICY,
+    DEFAULT_USAGE_LIMIT_POLICY,
     FEATURE_GATE,
+    FlowControlSpec,
     PriorityBandSpec,
     parse_feature_gates,
 )
@@ -32,6 +34,7 @@ from scheduler.interfaces import (
     Plugin,
     ProfileHandler,
     Scorer,
+    UsageLimitPolicy,
     roles_of,
 )
 from scheduler.registry import plugin_class, plugin_types
@@ -215,15 +218,15 @@ def _check_profiles(cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]],
 
 def _check_flow_control(cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]], errors: list[str]) -> None:
     """The `flowControl` gate and section as llm-d resolves them: with the gate on, every policy
-    ref names a plugin of its role (the two default policies are added when used and not
-    declared); without it the section's settings are ignored with a warning, as llm-d does.
-    `saturationDetector.pluginRef` is honoured either way."""
+    ref names a plugin of its role (the default ordering, fairness and usage-limit policies are
+    added when not declared, as llm-d's ensureFlowControlLayer); without it the section's settings
+    are ignored with a warning, as llm-d does. `saturationDetector.pluginRef` is honoured either way."""
     try:
         enabled = parse_feature_gates(cfg.feature_gates).get(FEATURE_GATE, False)
     except ValueError as err:
         errors.append(f"featureGates: {err}")
         return
-    fc = cfg.flow_control  # saturationDetector, usageLimitPolicyPluginRef, enableEviction: sections.py
+    fc = cfg.flow_control  # saturationDetector, enableEviction: sections.py
     if not enabled:
         if fc is not None and fc.settings_configured():
             log.warning(
@@ -233,8 +236,30 @@ def _check_flow_control(cfg: EndpointPickerConfig, classes: dict[str, type[Plugi
                 FEATURE_GATE,
             )
         return
-    if fc is None:
-        return
+    needed = {DEFAULT_ORDERING_POLICY, DEFAULT_FAIRNESS_POLICY, DEFAULT_USAGE_LIMIT_POLICY}
+    if fc is not None:
+        _check_flow_control_refs(fc, classes, needed, errors)
+    for name in sorted(needed):
+        if name not in classes:
+            _add_plugin(cfg, classes, name)
+
+
+def _check_flow_control_refs(
+    fc: FlowControlSpec, classes: dict[str, type[Plugin]], needed: set[str], errors: list[str]
+) -> None:
+    """Each policy ref names a declared plugin of its role, or a default the loader adds."""
+
+    def resolve(ref: str) -> type[Plugin] | None:
+        return classes.get(ref) or (plugin_class(ref) if ref in needed else None)
+
+    ref = fc.usage_limit_policy_plugin_ref
+    cls = resolve(ref) if ref else None
+    if ref and cls is None:
+        errors.append(f"flowControl.usageLimitPolicyPluginRef: {ref!r} names no plugin in 'plugins'")
+    elif cls is not None and not issubclass(cls, UsageLimitPolicy):
+        errors.append(
+            f"flowControl.usageLimitPolicyPluginRef: plugin {ref!r} (type {cls.type_name}) is not a usage-limit policy"
+        )
     bands: list[tuple[str, PriorityBandSpec]] = [(f"priorityBands[{i}]", b) for i, b in enumerate(fc.priority_bands)]
     for where, band in (("defaultPriorityBand", fc.default_priority_band),
                         ("defaultNegativePriorityBand", fc.default_negative_priority_band)):  # fmt: skip
@@ -243,15 +268,12 @@ def _check_flow_control(cfg: EndpointPickerConfig, classes: dict[str, type[Plugi
     priorities = [b.priority for b in fc.priority_bands]
     for p in sorted({p for p in priorities if priorities.count(p) > 1}):
         errors.append(f"flowControl.priorityBands: priority {p} is configured more than once")
-    needed = {DEFAULT_ORDERING_POLICY, DEFAULT_FAIRNESS_POLICY}  # the templates every undeclared band uses
     for where, band in bands:
         for field, role, ref in (("orderingPolicyRef", OrderingPolicy, band.ordering_policy_ref),
                                  ("fairnessPolicyRef", FairnessPolicy, band.fairness_policy_ref)):  # fmt: skip
             if not ref:
                 continue
-            cls = classes.get(ref)
-            if cls is None and ref in needed:
-                continue
+            cls = resolve(ref)
             if cls is None:
                 errors.append(f"flowControl.{where}.{field}: {ref!r} names no plugin in 'plugins'")
             elif not issubclass(cls, role):
@@ -259,9 +281,6 @@ def _check_flow_control(cfg: EndpointPickerConfig, classes: dict[str, type[Plugi
                     f"flowControl.{where}.{field}: plugin {ref!r} (type {cls.type_name}) is not "
                     f"{'an ordering' if role is OrderingPolicy else 'a fairness'} policy"
                 )
-    for name in sorted(needed):
-        if name not in classes:
-            _add_plugin(cfg, classes, name)
 
 
 def _describe(error: dict[str, Any], data: dict[str, Any]) -> str:

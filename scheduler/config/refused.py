@@ -8,13 +8,11 @@ under that type name, and tests/scheduler/test_llmd_refused.py checks no entry s
 from __future__ import annotations
 
 _TOKENIZER = (
-    "it tokenizes prompts with the model's own tokenizer (a model download or a vLLM render sidecar "
-    "at `vllm.url`); Ray EPP has no tokenizer and estimates tokens from characters"
+    "it is llm-d's older tokenizer plugin; `token-producer` runs here (vLLM `/tokenize` or a local tokenizer.json)"
 )
-_TOKENS = "it reads the token ids a `token-producer` writes, and Ray EPP can not run a tokenizer"
-_KV_EVENTS = (
-    "it indexes vLLM's KV-cache events (ZMQ) with llm-d-kv-cache, which Ray EPP does not run yet "
-    "(issue 14); use `approx-prefix-cache-producer` for prefix affinity"
+_TOKENS = (
+    "it reads the token ids a `token-producer` writes; Ray EPP runs the token producer but not this consumer "
+    "of its tokens"
 )
 _DCGM = "it reads GPU metrics from an NVIDIA DCGM exporter, which Ray EPP does not scrape"
 _DATA_LAYER = (
@@ -24,10 +22,7 @@ _DATA_LAYER = (
 _DISCOVERY = "Ray EPP's pods come from its pods file and pod sources (`epp pods`), not a discovery plugin"
 _FLOW_CONTROL = (
     "it is a flowControl policy Ray EPP's queue does not implement (it has fcfs-ordering-policy, "
-    "edf-ordering-policy, global-strict-fairness-policy and round-robin-fairness-policy)"
-)
-_LATENCY = (
-    "it needs llm-d's latency-predictor sidecar (trained TTFT/TPOT models), which Ray EPP does not run (issue 17)"
+    "edf-ordering-policy, slo-deadline-ordering-policy, global-strict-fairness-policy and round-robin-fairness-policy)"
 )
 _PARSER = "Ray EPP's gateway parses OpenAI requests only (`openai-parser`)"
 _MULTICLUSTER = "it federates EPPs across clusters, which Ray EPP does not do"
@@ -37,14 +32,13 @@ _NOT_YET = "Ray EPP does not implement it yet"
 
 REFUSED: dict[str, str] = {
     # Tokenizers and what depends on their tokens.
-    "token-producer": _TOKENIZER,
     "tokenizer": _TOKENIZER,
     "burst-prefix-cache-producer": _TOKENS,
     "mm-embeddings-cache-producer": _TOKENS,
     "mm-embeddings-cache-scorer": "it scores the multimodal embeddings an `mm-embeddings-cache-producer` tracks, "
-    "which needs a tokenizer",
-    "precise-prefix-cache-producer": _KV_EVENTS,
-    "precise-prefix-cache-scorer": _KV_EVENTS,
+    "which Ray EPP does not run",
+    "precise-prefix-cache-scorer": "it is llm-d's older combined form of `precise-prefix-cache-producer` + "
+    "`prefix-cache-scorer`; write those two (the scorer with `prefixMatchInfoProducerName`)",
     # GPU telemetry and the configurable data layer.
     "dcgm-data-source": _DCGM,
     "dcgm-extractor": _DCGM,
@@ -57,19 +51,11 @@ REFUSED: dict[str, str] = {
     "p2p-source-producer": _DATA_LAYER,
     "cross-replica-publisher": _DATA_LAYER,
     "file-discovery": _DISCOVERY,
-    # Flow control: the policies the queue does not implement (usage limits, eviction, others).
-    "slo-deadline-ordering-policy": _FLOW_CONTROL,
+    # Flow control: the policies the queue does not implement (eviction, others).
     "program-aware-fairness": _FLOW_CONTROL,
-    "static-usage-limit-policy": _FLOW_CONTROL,
-    "soft-reflective-ceiling-policy": _FLOW_CONTROL,
-    "priority-holdback-policy": _FLOW_CONTROL,
     "sheddable-eviction-filter": _FLOW_CONTROL,
     "priority-then-time-eviction-order-policy": _FLOW_CONTROL,
     # Latency prediction.
-    "predicted-latency-producer": _LATENCY,
-    "latency-slo-admitter": _LATENCY,
-    "latency-scorer": _LATENCY,
-    "slo-headroom-tier-filter": _LATENCY,
     "prefix-cache-affinity-filter": "it is one of llm-d's latency-predictor plugins (SLO-aware routing); " + _NOT_YET,
     # Request parsing.
     "passthrough-parser": _PARSER,

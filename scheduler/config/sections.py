@@ -88,7 +88,7 @@ def _saturation_detector(cfg: EndpointPickerConfig, classes: dict[str, type[Plug
 def _flow_control(cfg: EndpointPickerConfig) -> list[SectionStatus]:
     """The queue's settings (scheduler/config/flow_control.py checks their values and policy refs):
     used with the `flowControl` gate; without it ignored with a warning, as llm-d does, and said
-    so here. llm-d's usage-limit policies and eviction are not implemented: refused."""
+    so here. llm-d's in-flight eviction is not implemented: refused."""
     fc = cfg.flow_control
     if fc is None:
         return []
@@ -99,10 +99,7 @@ def _flow_control(cfg: EndpointPickerConfig) -> list[SectionStatus]:
     out = []
     for name in sorted(fc.model_fields_set - {"saturation_detector"}):
         field = f"flowControl.{FlowControlSpec.model_fields[name].alias or name}"
-        if name == "usage_limit_policy_plugin_ref" and fc.usage_limit_policy_plugin_ref:
-            why = "usage limit policies are not implemented (every band dispatches below saturation, llm-d's default)"
-            out.append(SectionStatus(field, False, why))
-        elif name == "enable_eviction" and fc.enable_eviction:
+        if name == "enable_eviction" and fc.enable_eviction:
             out.append(SectionStatus(field, False, "in-flight eviction is not implemented; remove it"))
         elif enabled:
             out.append(SectionStatus(field, True, "used by the flow-control queue"))

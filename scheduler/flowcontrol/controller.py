@@ -8,11 +8,14 @@ pkg/epp/flowcontrol/controller and registry; semantics re-built, not translated)
   band's fairness policy picks the flow, its ordering policy the request within the flow.
 * **Capacity**: a request that would take the queue past the global or its band's `maxRequests`
   / `maxBytes` is rejected at once (RejectedCapacity).
-* **Dispatch** while no saturation detector says the pool is saturated (GIE's usage limit 1.0 for
-  every band, the default static policy), one request at a time, re-asking the detectors after
-  each. A request dispatched but not yet scheduled is invisible to a ledger detector (its
-  PreRequest comes with the decision), so at most `window` of them (one per endpoint) may be
-  outstanding: the gate cannot let a burst through before the detectors see it.
+* **Dispatch**, one request per dispatch cycle, re-asking the detectors each cycle: the pool's
+  saturation is the highest any detector reports; the usage-limit policy gives each band a
+  ceiling, and the bands are walked highest first, stopping at the first whose ceiling the
+  saturation reaches (llm-d's processor.dispatchCycle). Without a policy every ceiling is 1.0
+  (llm-d's default `static-usage-limit-policy`): dispatch while no detector says saturated. A
+  request dispatched but not yet scheduled is invisible to a ledger detector (its PreRequest
+  comes with the decision), so at most `window` of them (one per endpoint) may be outstanding:
+  the gate cannot let a burst through before the detectors see it.
 * **TTL**: a request queued longer than `defaultRequestTTL` (while the pool has endpoints) or
   `noEndpointRequestTTL` (while it has none; a change of regime starts a fresh budget) is
   evicted: EvictedTTL or EvictedNoEndpoints. 0 disables the bound.
@@ -31,10 +34,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.admission import pool_saturated
+from scheduler.admission import pool_saturation
 from scheduler.config.flow_control import (
     DEFAULT_FAIRNESS_POLICY,
     DEFAULT_ORDERING_POLICY,
+    DEFAULT_USAGE_LIMIT_POLICY,
     FEATURE_GATE,
     FlowControlSpec,
     PriorityBandSpec,
@@ -42,7 +46,7 @@ from scheduler.config.flow_control import (
 )
 from scheduler.config.models import EndpointPickerConfig
 from scheduler.flowcontrol.types import FlowItem, FlowQueue, Outcome
-from scheduler.interfaces import FairnessPolicy, OrderingPolicy, Plugin, SaturationDetector
+from scheduler.interfaces import FairnessPolicy, OrderingPolicy, Plugin, SaturationDetector, UsageLimitPolicy
 from scheduler.types import Endpoint
 
 
@@ -78,7 +82,8 @@ class Band:
 
 class FlowController:
     """One queue (per gateway replica, or per simulated router). `policy(name)` resolves an
-    ordering or fairness policy by plugin name; `clock` is seconds (monotonic or virtual)."""
+    ordering or fairness policy by plugin name; `usage_limit` gates bands by saturation (None:
+    every ceiling 1.0); `clock` is seconds (monotonic or virtual)."""
 
     def __init__(
         self,
@@ -86,9 +91,11 @@ class FlowController:
         detectors: Iterable[SaturationDetector],
         policy: Callable[[str], Plugin],
         clock: Callable[[], float] = time.monotonic,
+        usage_limit: UsageLimitPolicy | None = None,
     ) -> None:
         self.spec = spec
         self.detectors = list(detectors)
+        self.usage_limit = usage_limit
         self._policy = policy
         self.clock = clock
         self.bands: dict[int, Band] = {}
@@ -174,8 +181,10 @@ class FlowController:
         self._expire(endpoints, now)
         window = max(1, len(endpoints))
         dispatched = 0
-        while self.size and len(self._unsettled) < window and not pool_saturated(self.detectors, endpoints):
-            item = self._next_item()
+        while self.size and len(self._unsettled) < window:
+            item = self._next_item(pool_saturation(self.detectors, endpoints))
+            if item is None:
+                break
             self._unsettled.add(item)
             dispatched += 1
             self._leave(item, Outcome.DISPATCHED, now, popped=True)
@@ -199,8 +208,14 @@ class FlowController:
         }
 
     # ---- internals ---------------------------------------------------------------------------
-    def _next_item(self) -> FlowItem:
-        for priority in self._order:
+    def _next_item(self, saturation: float) -> FlowItem | None:
+        """One dispatch cycle: the best request of the highest band with one, unless a band on the
+        way (empty or not) is held by its ceiling; None then."""
+        order = self._order
+        ceilings = [1.0] * len(order) if self.usage_limit is None else self.usage_limit.ceilings(saturation, order)
+        for priority, ceiling in zip(order, ceilings, strict=True):
+            if saturation >= ceiling:
+                return None
             band = self.bands[priority]
             if band.size:
                 item = band.next_item()
@@ -266,4 +281,10 @@ def build_flow_controller(
             raise KeyError(f"flowControl names plugin {name!r}, which is not in 'plugins'")
         return plugin
 
-    return FlowController(cfg.flow_control or FlowControlSpec(), detectors, policy, clock)
+    spec = cfg.flow_control or FlowControlSpec()
+    usage_limit = policy(spec.usage_limit_policy_plugin_ref) if spec.usage_limit_policy_plugin_ref else None
+    if usage_limit is None:  # llm-d's default, which the loader adds (absent: the same ceilings of 1.0)
+        usage_limit = plugins.get(DEFAULT_USAGE_LIMIT_POLICY)
+    if usage_limit is not None and not isinstance(usage_limit, UsageLimitPolicy):
+        raise TypeError(f"flowControl.usageLimitPolicyPluginRef: {usage_limit.name!r} is not a usage-limit policy")
+    return FlowController(spec, detectors, policy, clock, usage_limit)

@@ -126,7 +126,7 @@ def test_without_the_gate_there_is_no_controller_and_the_section_is_only_warned_
         ({"priorityBands": [{"priority": 1}, {"priority": 1}]}, "priority 1 is configured more than once"),
         ({"maxBytes": "1 GB"}, "invalid quantity"),
         ({"defaultRequestTTL": 30}, "a duration is a string"),
-        ({"usageLimitPolicyPluginRef": "x"}, "usage limit policies are not implemented"),
+        ({"usageLimitPolicyPluginRef": "x"}, "usageLimitPolicyPluginRef: 'x' names no plugin"),
         ({"enableEviction": True}, "in-flight eviction is not implemented"),
         ({"saturationDetector": {"pluginRef": "queue-scorer"}}, "is not a saturation detector"),
         ({"queueTTL": "1s"}, "flowControl.queueTTL: unknown field"),

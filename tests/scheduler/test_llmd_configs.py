@@ -19,7 +19,9 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "llm-d"
 SINGLE = ["epp-config.yaml", "epp-estimate-prefix-cache-config.yaml", "sim-epp-config.yaml"]
 PD = ["pd-epp-config.yaml", "sim-pd-epp-config.yaml", "pd-topology-epp-config.yaml"]
 EPD = ["sim-e-p-d-epp-config.yaml", "sim-e-pd-epp-config.yaml"]
-OTHER = ["probabilistic-admitter-epp-config.yaml"]
+OTHER = ["probabilistic-admitter-epp-config.yaml", "soft-reflective-ceiling-epp-config.yaml"]
+# tests/scheduler/test_precise_prefix_producer.py and test_token_producer.py
+PRECISE = ["sim-epp-no-hit-lru.yaml", "sim-epp-kvcache-config.yaml", "sim-epp-tokenizer-vllm-http-config.yaml"]
 LONG = "the same long system prompt, repeated so it spans many cache blocks. " * 80
 
 
@@ -35,7 +37,7 @@ def pool() -> list:
 
 def test_every_fixture_names_its_source():
     files = sorted(FIXTURES.glob("*.yaml"))
-    assert len(files) == len(SINGLE + PD + EPD + OTHER)
+    assert len(files) == len(SINGLE + PD + EPD + OTHER + PRECISE)
     for f in files:
         assert f.read_text().startswith(f"# Source: github.com/llm-d/llm-d-router deploy/config/{f.name} at commit ")
 
@@ -193,3 +195,47 @@ def test_probabilistic_admitter_sample_sheds_sheddable_requests_as_the_pool_fill
     assert abs(shed["half"] / 2000 - 0.2**5 * 300) < 0.03  # about 9.6% shed at saturation 0.2
     result = sched.schedule(request(prompt="hi"), idle)  # random-picker schedules as before
     assert result.profile_results["default"].target_endpoints[0].name in {"a", "b"}
+
+
+def test_soft_reflective_ceiling_sample_throttles_sheddable_dispatch_as_the_pool_fills():
+    """The sample's queue: critical requests dispatch while the pool is below saturation, sheddable
+    ones on every cycle while under their reflective ceiling (1 - saturation), on one cycle in
+    round(s / (1 - s)) past it, and not at all at saturation; what dispatches is scheduled by the
+    sample's scorers."""
+    from scheduler.admission import admission_detectors
+    from scheduler.flowcontrol.controller import build_flow_controller
+    from scheduler.flowcontrol.types import FlowItem, Outcome
+    from scheduler.plugins.flowcontrol.soft_reflective_ceiling import SoftReflectiveCeilingPolicy
+
+    cfg = load_config_file(FIXTURES / "soft-reflective-ceiling-epp-config.yaml")
+    sched = Scheduler.from_config(cfg)
+    detectors = admission_detectors(sched.plugins.values(), named=sched.saturation_detector)
+    fc = build_flow_controller(cfg, sched.plugins, detectors)
+    assert isinstance(fc.usage_limit, SoftReflectiveCeilingPolicy)
+
+    def dispatches(queues: tuple[int, int], cycles: int) -> tuple[int, int]:
+        """(critical, sheddable) dispatched over `cycles` pumps, each dispatch scheduled and settled."""
+        eps = [endpoint("a", waiting_queue_size=queues[0]), endpoint("b", waiting_queue_size=queues[1])]
+        done: list = []
+        for i in range(cycles):
+            fc.enqueue(FlowItem(f"c{i}", 1, on_outcome=done.append))
+            fc.enqueue(FlowItem(f"s{i}", -1, on_outcome=done.append))
+        for _ in range(cycles):
+            fc.pump(eps)
+            for it in [d for d in done if d.outcome is Outcome.DISPATCHED and fc.unsettled]:
+                result = sched.schedule(request(prompt="hi", request_id=it.request_id), eps)
+                assert result.profile_results["default"].target_endpoints[0].name == "b"  # the shorter queue
+                fc.settled(it)
+        served = [d.request_id[0] for d in done if d.outcome is Outcome.DISPATCHED]
+        for it in list(fc._by_age):  # clear the queue for the next case
+            fc.cancel(it)
+        return served.count("c"), served.count("s")
+
+    # Utilization saturation = mean(queue / 5): 0.3 is under sheddable's ceiling 0.7; 0.7 is past
+    # its ceiling 0.3 (period round(0.7 / 0.3) = 2); 1.0 holds both bands.
+    assert dispatches((2, 1), 6) == (6, 6)
+    critical, sheddable = dispatches((4, 3), 12)
+    # Critical first (two per pump, the window), then six pumps in which an open pool would send 12
+    # sheddable requests: the ceiling opens on every second cycle, so about half of them go.
+    assert critical == 12 and 4 <= sheddable <= 6
+    assert dispatches((5, 5), 6) == (0, 0)

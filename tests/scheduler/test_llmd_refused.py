@@ -48,19 +48,12 @@ utilization-filter vertexai-parser vllmgrpc-parser vllmhttp-parser weighted-rand
 # Each refused sample and what must be named as the reason (a plugin type or a section field).
 REFUSED_SAMPLES = {
     "dp-epp-config.yaml": ["data-parallel-profile-handler"],
-    "epp-burst-prefix-cache-config.yaml": ["token-producer", "burst-prefix-cache-producer"],
-    "epp-mm-embeddings-cache-config.yaml": ["token-producer", "mm-embeddings-cache-producer", "dataLayer.sources"],
-    "epp-precise-prefix-cache-config.yaml": ["token-producer", "precise-prefix-cache-producer", "metrics-data-source"],
+    "epp-burst-prefix-cache-config.yaml": ["burst-prefix-cache-producer"],
+    "epp-mm-embeddings-cache-config.yaml": ["mm-embeddings-cache-producer", "dataLayer.sources"],
+    "epp-precise-prefix-cache-config.yaml": ["metrics-data-source", "core-metrics-extractor"],
     "sim-epp-gpu-config.yaml": ["dcgm-data-source", "dcgm-extractor", "endpoint-attribute-filter"],
-    "sim-epp-kvcache-config.yaml": ["token-producer", "precise-prefix-cache-producer"],
-    "sim-epp-no-hit-lru.yaml": ["precise-prefix-cache-producer"],
-    "sim-epp-tokenizer-vllm-http-config.yaml": ["token-producer"],
     # Flow control: the queue runs, but not these policies of llm-d's.
     "sim-program-aware-config.yaml": ["program-aware-fairness"],
-    "soft-reflective-ceiling-epp-config.yaml": [
-        "soft-reflective-ceiling-policy",
-        "flowControl.usageLimitPolicyPluginRef",
-    ],
 }
 
 
@@ -157,7 +150,7 @@ def test_a_named_saturation_detector_is_the_only_one_admission_asks(form):
 def test_report_lists_what_runs_and_what_is_refused():
     report = config_report(
         {
-            "plugins": [*BASE, {"type": "token-producer"}, {"type": "openai-parser"}],
+            "plugins": [*BASE, {"type": "tokenizer"}, {"type": "openai-parser"}],
             "featureGates": ["haPopulateNonLeaderDatastore", "flowControl"],
             "requestHandler": {"parsers": [{"pluginRef": "openai-parser"}]},
         }
@@ -166,7 +159,7 @@ def test_report_lists_what_runs_and_what_is_refused():
     assert status == {
         "plugin 'queue-scorer' (type queue-scorer)": "runs",
         "plugin 'max-score-picker' (type max-score-picker)": "runs",
-        "plugin 'token-producer' (type token-producer)": "refused",
+        "plugin 'tokenizer' (type tokenizer)": "refused",
         "plugin 'openai-parser' (type openai-parser)": "runs",
         "featureGates[0] 'haPopulateNonLeaderDatastore'": "accepted",
         "featureGates[1] 'flowControl'": "accepted",

@@ -64,7 +64,29 @@ def test_profile_actors_get_only_what_scheduling_reads():
     req = parse(json.dumps(body).encode(), path="/v1/chat/completions").llm_request
     req.excluded_endpoints = frozenset({"pod-a"})
     sent = for_scheduling(req)
-    assert sent.body == {k: body[k] for k in ("model", "messages", "cache_salt")}
+    # max_tokens too: inflight-load-producer and predicted-latency-producer read the output limit.
+    assert sent.body == {k: body[k] for k in ("model", "messages", "cache_salt", "max_tokens")}
     assert sent.prompt_text() == req.prompt_text() and sent.cache_salt() == "s"
     assert (sent.request_id, sent.priority, sent.excluded_endpoints) == (req.request_id, 0, frozenset({"pod-a"}))
     assert req.body["tools"]  # the gateway keeps the whole body to forward
+
+
+@pytest.mark.parametrize(
+    ("headers", "named"),
+    [
+        ({"x-slo-ttft-ms": "soon"}, "x-slo-ttft-ms"),
+        ({"X-SLO-TPOT-MS": "-1"}, "x-slo-tpot-ms"),
+        ({"x-prediction-based-scheduling": "perhaps"}, "x-prediction-based-scheduling"),
+    ],
+)
+def test_a_malformed_slo_header_is_a_400_naming_it(headers, named):
+    raw = json.dumps({"model": "m", "prompt": "p"}).encode()
+    with pytest.raises(GatewayError) as err:
+        parse(raw, headers)
+    assert err.value.status == 400 and named in str(err.value)
+
+
+def test_slo_headers_reach_the_request():
+    raw = json.dumps({"model": "m", "prompt": "p"}).encode()
+    req = parse(raw, {"X-SLO-TTFT-MS": "250"}).llm_request
+    assert req.headers["x-slo-ttft-ms"] == "250"

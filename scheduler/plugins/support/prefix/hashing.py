@@ -37,11 +37,16 @@ def hash_blocks(data: bytes, seed_text: bytes, block_size_tokens: int, max_block
     limit = block * max_blocks if max_blocks > 0 else 0
     if len(data) > limit:
         data = data[:limit]
-    prev = _xxh64(seed_text)
+    return chain_hashes(data, _xxh64(seed_text), block)
+
+
+def chain_hashes(data: bytes, prev: int, block_bytes: int) -> list[int]:
+    """The chain from `prev`: each `block_bytes` slice (the last may be partial) hashed with the
+    previous hash, so a hash names its whole prefix. The precise index chains token ids this way."""
     hashes: list[int] = []
     append = hashes.append
-    for start in range(0, len(data), block):  # the last slice is the partial block, if any
-        prev = _xxh64(data[start : start + block] + _pack_u64(prev))
+    for start in range(0, len(data), block_bytes):  # the last slice is the partial block, if any
+        prev = _xxh64(data[start : start + block_bytes] + _pack_u64(prev))
         append(prev)
     return hashes
 

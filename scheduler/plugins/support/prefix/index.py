@@ -34,7 +34,8 @@ class _ServerEntry:
 
 
 class PrefixIndex:
-    """add(hashes, server), match(hashes) → {server: blocks}, remove_server, servers."""
+    """add(hashes, server), discard(hashes, server), match(hashes) → {server: blocks}, remove_server,
+    servers."""
 
     __slots__ = ("_by_index", "_free", "_masks", "_servers", "default_capacity")
 
@@ -68,6 +69,24 @@ class PrefixIndex:
                 else:
                     del masks[old]
 
+    def discard(self, hashes: Iterable[int], server: str) -> int:
+        """`server` no longer holds these blocks (an eviction it reported); returns how many it held."""
+        entry = self._servers.get(server)
+        if entry is None:
+            return 0
+        lru, keep, masks = entry.lru, ~entry.bit, self._masks
+        gone = 0
+        for h in hashes:
+            if h in lru:
+                del lru[h]
+                gone += 1
+                mask = masks[h] & keep
+                if mask:
+                    masks[h] = mask
+                else:
+                    del masks[h]
+        return gone
+
     def get(self, block_hash: int) -> set[str]:
         """The servers holding a block (a new set)."""
         return set(self._names_of(self._masks.get(block_hash, 0)))
@@ -98,6 +117,32 @@ class PrefixIndex:
                 name = by_index[low.bit_length() - 1]
                 counts[name] = counts.get(name, 0) + n
                 mask ^= low
+        return counts
+
+    def match_contiguous(self, hashes: Iterable[int]) -> dict[str, int]:
+        """Per server, its longest run of leading blocks: a server that lacks a block holds
+        nothing after it (an engine's prefix cache hits only up to its first missing block).
+        Servers with no first block are absent."""
+        get = self._masks.get
+        alive = 0
+        counts: dict[str, int] = {}
+        by_index = self._by_index
+        depth = 0
+        for h in hashes:
+            mask = get(h, 0)
+            if depth == 0:
+                alive = mask
+            ended = alive & ~mask
+            while ended:  # servers whose run ends before this block
+                low = ended & -ended
+                counts[by_index[low.bit_length() - 1]] = depth
+                ended ^= low
+            alive &= mask
+            if not alive:
+                break
+            depth += 1
+        for name in self._names_of(alive):
+            counts[name] = depth
         return counts
 
     def remove_server(self, server: str) -> bool:

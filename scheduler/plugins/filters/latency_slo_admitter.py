@@ -1,0 +1,58 @@
+"""`latency-slo-admitter` (llm-d-router's predicted-latency plugins): refuse a request that carries
+an SLO (`x-slo-ttft-ms` / `x-slo-tpot-ms`) when no candidate endpoint is predicted to meet it,
+rather than serve it late. Off unless a config names it. The refusal is ResourceExhausted (429,
+OpenAI-shaped at the gateway) with a message naming the SLO and the best prediction, so a client
+can retry later or relax the target. `onlySheddable` (default true) refuses only sheddable
+requests (priority < 0) and lets others through to the best endpoint. A cold predictor, a request
+without targets or with `x-prediction-based-scheduling: false` is never refused."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from scheduler.cycle_state import FILTER_FAILURE_KEY, CycleState
+from scheduler.errors import ErrorCode, SchedulingError
+from scheduler.interfaces import Filter, PluginHandle
+from scheduler.plugins.producers.predicted_latency import PredictorConsumer, PredictorParameters
+from scheduler.plugins.support.slo import relative_headroom, slo_targets
+from scheduler.registry import register
+from scheduler.types import Endpoint, LLMRequest
+
+
+class LatencySLOAdmitterParameters(PredictorParameters):
+    only_sheddable: bool = Field(default=True, alias="onlySheddable")
+
+
+@register
+class LatencySLOAdmitter(PredictorConsumer, Filter):
+    type_name = "latency-slo-admitter"
+    Parameters = LatencySLOAdmitterParameters
+
+    def setup(self, handle: PluginHandle) -> None:
+        self.find_predictor(handle, self.params.predictor_name)
+        self.refused = 0
+
+    def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
+        targets = slo_targets(request)
+        if not targets.any or not targets.prediction or (self.params.only_sheddable and not request.sheddable):
+            return endpoints
+        predicted = self.predictor.predictions(cycle_state, request, endpoints)
+        if predicted is None or not endpoints:
+            return endpoints
+        best = max(endpoints, key=lambda ep: _headroom(targets, predicted[ep.name]))
+        if _headroom(targets, predicted[best.name]) >= 0.0:
+            return endpoints
+        self.refused += 1
+        p = predicted[best.name]
+        tpot = f", TPOT {p.tpot_ms:.0f} ms" if p.tpot_ms is not None else ""
+        message = (
+            f"no endpoint is predicted to meet the request's SLO ({targets.describe()}): "
+            f"the best, {best.name}, is predicted at TTFT {p.ttft_ms:.0f} ms{tpot}"
+        )
+        cycle_state.write(FILTER_FAILURE_KEY, SchedulingError(ErrorCode.RESOURCE_EXHAUSTED, message))
+        return []
+
+
+def _headroom(targets, prediction) -> float:
+    headroom = relative_headroom(targets, prediction.ttft_ms, prediction.tpot_ms)
+    return headroom if headroom is not None else 0.0

@@ -1,0 +1,214 @@
+"""`precise-prefix-cache-producer`: how much of a request's prompt each endpoint really holds in its
+KV cache, from the endpoints' own KV-cache events (llm-d's precise prefix producer,
+pkg/epp/framework/plugins/requestcontrol/dataproducer/preciseprefixcache, with llm-d-kv-cache's index).
+
+Per request: the prompt's tokens from the `token-producer` → block keys → the precise index's
+longest cached prefix per pod (scheduler.plugins.support.prefix.precise_index) → a
+PrefixCacheMatchInfo per endpoint, read by `prefix-cache-scorer` through
+`prefixMatchInfoProducerName`, as the approximate producer's is.
+
+**The fallback rule.** An endpoint whose event stream is not `live` (never heard from, `gapped`:
+messages lost and not replayed, `silent`: nothing for too long) is scored as the approximate index
+would score it: this producer is an approximate producer too (llm-d's defaults, learning from
+decisions), and the precise figure replaces the approximate one only for live endpoints. A request
+without tokens (no token producer and none given in its memo, or the tokenizer failed) is scored
+approximately throughout.
+
+It is a KVEventSink: the runtime subscribes to each pod's events (port `kvEventsConfig.
+podDiscoveryConfig.socketPort`, 5557, unless the pod's spec names its own) and feeds them here."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from scheduler.cycle_state import CycleState
+from scheduler.duration import parse_duration
+from scheduler.interfaces import KVEventSink, Parameters, PluginHandle
+from scheduler.plugins.producers.approx_prefix import (
+    MIN_BLOCK_SIZE_TOKENS,
+    ApproxPrefixCacheParameters,
+    ApproxPrefixCacheProducer,
+)
+from scheduler.plugins.producers.token_producer import TokenProducer
+from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
+from scheduler.plugins.support.prefix.precise_index import LIVE, PreciseIndex
+from scheduler.plugins.support.tokenized import TokenSource, memo_tokens
+from scheduler.registry import register
+from scheduler.types import Endpoint, LLMRequest
+
+DEFAULT_EVENT_PORT = 5557  # vLLM's and llm-d's default KV-events port
+TOKEN_PRODUCER = "token-producer"
+
+
+class TokenProcessorConfig(Parameters):
+    """llm-d-kv-cache's TokenProcessorConfig: the block size keys are cut at (must be the engine's
+    `--block-size`), and the hash seed (kept for llm-d's configs; keys here are recomputed from
+    token ids, so it need not match the engine's PYTHONHASHSEED)."""
+
+    block_size: int = Field(default=16, alias="blockSize", gt=0)
+    block_size_tokens: int = Field(default=0, alias="blockSizeTokens", ge=0)
+    hash_seed: str = Field(default="", alias="hashSeed")
+
+    @property
+    def tokens_per_block(self) -> int:
+        return self.block_size_tokens or self.block_size
+
+
+class InMemoryIndexConfig(Parameters):
+    size: int = Field(default=100_000_000, gt=0)  # keys across every pod (llm-d-kv-cache's default)
+    pod_cache_size: int = Field(default=10, alias="podCacheSize", gt=0)
+
+
+class KVBlockIndexConfig(Parameters):
+    enable_metrics: bool = Field(default=False, alias="enableMetrics")
+    metrics_logging_interval: int | str = Field(default=0, alias="metricsLoggingInterval")
+    in_memory_config: InMemoryIndexConfig | None = Field(default=None, alias="inMemoryConfig")
+    redis_config: dict[str, Any] | None = Field(default=None, alias="redisConfig")
+    valkey_config: dict[str, Any] | None = Field(default=None, alias="valkeyConfig")
+    cost_aware_memory_config: dict[str, Any] | None = Field(default=None, alias="costAwareMemoryConfig")
+
+    @field_validator("redis_config", "valkey_config", "cost_aware_memory_config")
+    @classmethod
+    def _in_memory_only(cls, value: dict[str, Any] | None) -> None:
+        if value is not None:
+            raise ValueError(
+                "Ray EPP keeps the index in its profile actors' memory (every gateway replica shares them); "
+                "an external index store is not run here"
+            )
+        return None
+
+
+class IndexerConfig(Parameters):
+    kv_block_index_config: KVBlockIndexConfig = Field(default_factory=KVBlockIndexConfig, alias="kvBlockIndexConfig")
+
+
+class PodDiscoveryConfig(Parameters):
+    socket_port: int = Field(default=DEFAULT_EVENT_PORT, alias="socketPort", gt=0, lt=65536)
+    pod_label_selector: str = Field(default="", alias="podLabelSelector")
+    pod_namespace: str = Field(default="", alias="podNamespace")
+
+
+class KVEventsConfig(Parameters):
+    """llm-d-kv-cache's kvevents.Config. Ray EPP always subscribes to each pod (llm-d's
+    `discoverPods` mode, pods from its own pod sources); `zmqEndpoint` (one socket every pod
+    connects to) is accepted and its port is the per-pod port."""
+
+    zmq_endpoint: str = Field(default="", alias="zmqEndpoint")
+    topic_filter: str = Field(default="kv@", alias="topicFilter")
+    concurrency: int = Field(default=4, gt=0)
+    discover_pods: bool = Field(default=True, alias="discoverPods")
+    pod_discovery_config: PodDiscoveryConfig = Field(default_factory=PodDiscoveryConfig, alias="podDiscoveryConfig")
+    engine_type: Literal["vllm"] = Field(default="vllm", alias="engineType")
+    tracing: bool = False
+
+    @property
+    def port(self) -> int:
+        if "pod_discovery_config" not in self.model_fields_set and self.zmq_endpoint.rpartition(":")[2].isdigit():
+            return int(self.zmq_endpoint.rpartition(":")[2])
+        return self.pod_discovery_config.socket_port
+
+
+class PrecisePrefixCacheParameters(Parameters):
+    token_processor_config: TokenProcessorConfig = Field(
+        default_factory=TokenProcessorConfig, alias="tokenProcessorConfig"
+    )
+    indexer_config: IndexerConfig = Field(default_factory=IndexerConfig, alias="indexerConfig")
+    kv_events_config: KVEventsConfig = Field(default_factory=KVEventsConfig, alias="kvEventsConfig")
+    speculative_indexing: bool = Field(default=False, alias="speculativeIndexing")
+    speculative_ttl: str = Field(default="2s", alias="speculativeTTL")
+    session_manager: str = Field(default="", alias="sessionManager")
+
+    @field_validator("speculative_ttl")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+    @field_validator("speculative_indexing")
+    @classmethod
+    def _no_speculation(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "speculative indexing is not implemented: pods not yet confirmed by their events are "
+                "scored by the approximate index, which learns every decision"
+            )
+        return value
+
+    @field_validator("session_manager")
+    @classmethod
+    def _no_session_manager(cls, value: str) -> str:
+        if value:
+            raise ValueError("no session-cache manager plugin exists in Ray EPP (nor in llm-d's repository)")
+        return value
+
+
+@register
+class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
+    type_name = "precise-prefix-cache-producer"
+    Parameters = PrecisePrefixCacheParameters
+
+    def setup(self, handle: PluginHandle) -> None:
+        p: PrecisePrefixCacheParameters = self.params
+        fallback = ApproxPrefixCacheParameters()
+        self.configure(
+            auto_tune=fallback.auto_tune,
+            block_size_tokens=fallback.block_size_tokens,
+            max_prefix_blocks=fallback.max_prefix_blocks_to_match,
+            max_prefix_tokens=fallback.max_prefix_tokens_to_match,
+            lru_capacity=fallback.lru_capacity_per_server,
+            min_block_size_tokens=MIN_BLOCK_SIZE_TOKENS,
+        )
+        self.precise = PreciseIndex(p.token_processor_config.tokens_per_block)
+        self.max_precise_blocks = fallback.max_prefix_tokens_to_match // self.precise.block_size
+        self.port = p.kv_events_config.port
+        self.token_source: TokenSource | None = None
+        if TOKEN_PRODUCER in handle.plugin_names():  # llm-d's producers find it by its type name
+            self.token_source = handle.plugin_of_type(TOKEN_PRODUCER, TokenProducer, "the token producer")
+
+    # -- KVEventSink ---------------------------------------------------------------------------
+
+    def apply_kv_events(self, pod: str, batches: list[Any]) -> None:
+        self.precise.apply_batches(pod, batches)
+
+    def set_kv_event_status(self, pod: str, status: str) -> None:
+        if status == "gone":
+            self.precise.remove_pod(pod)
+        else:
+            self.precise.set_status(pod, status)
+
+    def kv_event_port(self) -> int:
+        return self.port
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def produce(
+        self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
+    ) -> dict[str, PrefixCacheMatchInfo]:
+        """The approximate infos, with the precise figure for every endpoint whose events are live."""
+        infos = super().produce(cycle_state, request, endpoints)
+        index = self.precise
+        live = [ep for ep in endpoints if index.status(ep.name) == LIVE]
+        if not live:
+            return infos
+        tokens = self.token_source.tokens(request) if self.token_source is not None else memo_tokens(request)
+        if tokens is None:
+            return infos
+        keys = index.keys(tokens, self.max_precise_blocks)
+        counts = index.match(keys) if keys else {}
+        total, size = len(keys), index.block_size
+        for ep in live:
+            infos[ep.name] = PrefixCacheMatchInfo(counts.get(ep.name, 0), total, size)
+        cycle_state.set_endpoint_attributes(PREFIX_MATCH_KEY, infos)
+        return infos
+
+    def info(self) -> dict[str, Any]:
+        """The precise index's pods, their event status and block counts, and the event counters."""
+        index = self.precise
+        pods = {pod: {"status": st, "blocks": index.pod_blocks(pod)} for pod, st in index.statuses().items()}
+        counts = index.counts
+        return {
+            "pods": pods,
+            "events": {f: getattr(counts, f) for f in counts.__slots__},  # type: ignore[attr-defined]
+        }

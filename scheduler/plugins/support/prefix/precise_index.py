@@ -1,0 +1,198 @@
+"""Which pod really holds which KV blocks, from the pods' own KV-cache events (llm-d's precise
+prefix index, llm-d-kv-cache's kvblock index).
+
+Keys are recomputed here from token ids, on both sides: a request's prompt tokens are cut into
+blocks of `block_size` tokens and chained (`chain_hashes`, xxh64 over each block's ids as 4-byte
+integers and the previous key), and a `BlockStored` event's own `token_ids` are chained the same
+way from its parent's key. So the engine's hash algorithm and seed need not match the router's (as
+in llm-d with no session manager); only the block size must (an event of another block size is
+counted in `skipped` and not indexed). The engine's block hashes serve as opaque names, mapped per
+pod to their keys, so a `BlockRemoved` (which carries only engine hashes) can find what to drop.
+
+Bounded in memory: each pod's keys sit in an LRU of `capacity` blocks (its KV cache size in blocks
+when the engine reports it, else `default_capacity`); the engine-hash map of a pod is bounded the
+same way. A pod whose removals were lost (a gap) can therefore never grow without end; its oldest
+blocks fall out first, as they would on the engine. Blocks in a medium other than the GPU (a CPU
+offload tier) are not indexed: a prefix is worth routing to when it is in GPU memory.
+
+What is not distinguished: LoRA adapters and `cache_salt` (vLLM puts both into its hashes, but the
+events name an adapter by a number the router cannot map to a name); a pod serves one base model.
+
+Every method runs to completion without awaiting (one thread or one asyncio loop)."""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import xxhash
+
+from scheduler.plugins.support.prefix.hashing import chain_hashes
+from scheduler.plugins.support.prefix.index import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
+
+ROOT_KEY = xxhash.xxh64_intdigest(b"ray-epp/precise-prefix")  # the chain's start for a block without a parent
+GPU_MEDIA = frozenset({None, "", "GPU", "gpu"})
+
+LIVE, GAPPED, SILENT, UNKNOWN = "live", "gapped", "silent", "unknown"
+TOKEN_BYTES = 4  # each token id as one unsigned 32-bit integer
+
+
+def token_bytes(tokens: Sequence[int]) -> bytes:
+    return array("I", tokens).tobytes()
+
+
+@dataclass(slots=True)
+class EventCounts:
+    """What the index did with the events it was given (shown in a profile actor's info)."""
+
+    batches: int = 0
+    stored: int = 0
+    removed: int = 0
+    cleared: int = 0
+    skipped: int = 0  # another block size, another medium, a parent never seen, a malformed event
+    unknown_removed: int = 0  # a removed engine hash this index never saw stored
+
+
+class PreciseIndex:
+    """apply(pod, events); keys(tokens) → the request's block keys; match(keys) → {pod: blocks};
+    status per pod; remove_pod."""
+
+    __slots__ = ("_capacity", "_engine", "_status", "block_size", "blocks", "counts", "default_capacity")
+
+    def __init__(self, block_size: int, default_capacity: int = DEFAULT_LRU_CAPACITY_PER_SERVER) -> None:
+        if block_size <= 0:
+            raise ValueError(f"a block size must be > 0, got {block_size}")
+        self.block_size = block_size
+        self.default_capacity = default_capacity
+        self.blocks = PrefixIndex(default_capacity)  # key → pods, an LRU of keys per pod
+        self._engine: dict[str, OrderedDict[object, int]] = {}  # pod → engine hash → key
+        self._capacity: dict[str, int] = {}
+        self._status: dict[str, str] = {}
+        self.counts = EventCounts()
+
+    # -- the request side ----------------------------------------------------------------------
+
+    def keys(self, tokens: Sequence[int], max_blocks: int = 0) -> list[int]:
+        """The block keys of a prompt's full blocks (a partial last block is never cached)."""
+        full = len(tokens) // self.block_size
+        if max_blocks > 0:
+            full = min(full, max_blocks)
+        if not full:
+            return []
+        return chain_hashes(token_bytes(tokens[: full * self.block_size]), ROOT_KEY, self.block_size * TOKEN_BYTES)
+
+    def match(self, keys: Iterable[int]) -> dict[str, int]:
+        """Per pod, how many leading blocks of the prompt it holds without a gap (pods with none
+        are absent)."""
+        return self.blocks.match_contiguous(keys)
+
+    # -- pod status ----------------------------------------------------------------------------
+
+    def status(self, pod: str) -> str:
+        return self._status.get(pod, UNKNOWN)
+
+    def statuses(self) -> dict[str, str]:
+        return dict(self._status)
+
+    def set_status(self, pod: str, status: str) -> None:
+        self._status[pod] = status
+
+    def set_capacity(self, pod: str, blocks: int) -> None:
+        """Size a pod's entry (its KV cache in blocks); applies to a pod not yet indexed."""
+        if blocks > 0 and pod not in self._engine:
+            self._capacity[pod] = blocks
+
+    def remove_pod(self, pod: str) -> None:
+        """Forget a pod that left the pool: its blocks, names and status."""
+        self.blocks.remove_server(pod)
+        self._engine.pop(pod, None)
+        self._capacity.pop(pod, None)
+        self._status.pop(pod, None)
+
+    def pod_blocks(self, pod: str) -> int:
+        return self.blocks.server_size(pod)
+
+    # -- the event side ------------------------------------------------------------------------
+
+    def apply_batches(self, pod: str, batches: Iterable[object]) -> None:
+        for batch in batches:
+            self.counts.batches += 1
+            self.apply(pod, getattr(batch, "events", ()))
+
+    def apply(self, pod: str, events: Iterable[object]) -> None:
+        """Apply one pod's events in order (vLLM's BlockStored, BlockRemoved, AllBlocksCleared)."""
+        for event in events:
+            kind = type(event).__name__
+            try:
+                if kind == "BlockStored":
+                    self._stored(pod, event)
+                elif kind == "BlockRemoved":
+                    self._removed(pod, event)
+                elif kind == "AllBlocksCleared":
+                    self._cleared(pod)
+                else:
+                    self.counts.skipped += 1
+            except (TypeError, ValueError, AttributeError, OverflowError):
+                self.counts.skipped += 1  # a malformed event: skipped, the rest of the batch applies
+
+    def _names(self, pod: str) -> OrderedDict[object, int]:
+        names = self._engine.get(pod)
+        if names is None:
+            names = self._engine[pod] = OrderedDict()
+        return names
+
+    def _stored(self, pod: str, event: object) -> None:
+        hashes = list(event.block_hashes)  # type: ignore[attr-defined]
+        if (
+            getattr(event, "medium", None) not in GPU_MEDIA
+            or event.block_size != self.block_size  # type: ignore[attr-defined]
+            or not hashes
+        ):
+            self.counts.skipped += 1
+            return
+        tokens = event.token_ids  # type: ignore[attr-defined]
+        if len(tokens) < len(hashes) * self.block_size:
+            self.counts.skipped += 1
+            return
+        names = self._names(pod)
+        parent = event.parent_block_hash  # type: ignore[attr-defined]
+        if parent is None:
+            prev = ROOT_KEY
+        else:
+            prev = names.get(parent)
+            if prev is None:  # its parent's store was never seen here: these keys can not be chained
+                self.counts.skipped += 1
+                return
+        data = token_bytes(tokens[: len(hashes) * self.block_size])
+        keys = chain_hashes(data, prev, self.block_size * TOKEN_BYTES)
+        capacity = self._capacity.get(pod, self.default_capacity)
+        for engine_hash, key in zip(hashes, keys, strict=True):
+            names[engine_hash] = key
+            names.move_to_end(engine_hash)
+        while len(names) > capacity:
+            names.popitem(last=False)
+        self.blocks.add(keys, pod, capacity)
+        self.counts.stored += len(keys)
+
+    def _removed(self, pod: str, event: object) -> None:
+        if getattr(event, "medium", None) not in GPU_MEDIA:
+            self.counts.skipped += 1
+            return
+        names = self._engine.get(pod)
+        keys: list[int] = []
+        for engine_hash in event.block_hashes:  # type: ignore[attr-defined]
+            key = names.pop(engine_hash, None) if names is not None else None
+            if key is None:
+                self.counts.unknown_removed += 1
+            else:
+                keys.append(key)
+        self.counts.removed += self.blocks.discard(keys, pod)
+
+    def _cleared(self, pod: str) -> None:
+        self.blocks.remove_server(pod)
+        names = self._engine.get(pod)
+        if names is not None:
+            names.clear()
+        self.counts.cleared += 1

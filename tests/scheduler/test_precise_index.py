@@ -1,0 +1,139 @@
+"""The precise prefix index: events applied in order, evictions and clears, bounded pods, lookups
+that walk the longest cached prefix, keys recomputed from token ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from scheduler.plugins.support.prefix.precise_index import GAPPED, LIVE, UNKNOWN, PreciseIndex
+
+
+# The shapes of vLLM's events (kvevents' dataclasses carry the same fields).
+@dataclass(slots=True)
+class BlockStored:
+    block_hashes: list
+    parent_block_hash: object
+    token_ids: list
+    block_size: int
+    lora_id: int | None = None
+    medium: str | None = "GPU"
+
+
+@dataclass(slots=True)
+class BlockRemoved:
+    block_hashes: list
+    medium: str | None = "GPU"
+
+
+@dataclass(slots=True)
+class AllBlocksCleared:
+    pass
+
+
+@dataclass(slots=True)
+class KVEventBatch:
+    ts: float
+    events: list = field(default_factory=list)
+    data_parallel_rank: int | None = None
+
+
+BS = 4
+PROMPT = list(range(100, 116))  # 4 blocks of 4 tokens
+
+
+def stored(hashes, parent, tokens, **kw):
+    return BlockStored(list(hashes), parent, list(tokens), BS, **kw)
+
+
+def test_stored_blocks_match_the_prompt_that_made_them():
+    index = PreciseIndex(BS)
+    index.apply("a", [stored([11, 12], None, PROMPT[:8]), stored([13], 12, PROMPT[8:12])])
+    keys = index.keys(PROMPT)
+    assert len(keys) == 4
+    assert index.match(keys) == {"a": 3}
+    assert index.counts.stored == 3
+
+
+def test_a_different_first_block_matches_nothing():
+    index = PreciseIndex(BS)
+    index.apply("a", [stored([11, 12], None, PROMPT[:8])])
+    other = [1, 2, 3, 4, *PROMPT[4:]]
+    assert index.match(index.keys(other)) == {}
+
+
+def test_partial_last_block_is_not_a_key_and_max_blocks_caps():
+    index = PreciseIndex(BS)
+    assert len(index.keys([*PROMPT, 1, 2])) == 4
+    assert len(index.keys(PROMPT, max_blocks=2)) == 2
+    assert index.keys(PROMPT[:3]) == []
+
+
+def test_removed_block_cuts_the_prefix_and_cleared_empties_the_pod():
+    index = PreciseIndex(BS)
+    index.apply_batches("a", [KVEventBatch(1.0, [stored([11, 12, 13], None, PROMPT[:12])])])
+    index.apply("b", [stored([21], None, PROMPT[:4])])
+    keys = index.keys(PROMPT)
+    index.apply("a", [BlockRemoved([12])])
+    assert index.match(keys) == {"a": 1, "b": 1}
+    index.apply("a", [AllBlocksCleared()])
+    assert index.match(keys) == {"b": 1}
+    assert index.pod_blocks("a") == 0
+    assert index.counts.cleared == 1 and index.counts.removed == 1
+
+
+def test_engine_hashes_are_opaque_names_per_pod():
+    """Two pods name the same blocks differently (another seed or algorithm): both match."""
+    index = PreciseIndex(BS)
+    index.apply("a", [stored([1, 2], None, PROMPT[:8])])
+    index.apply("b", [stored([b"x1", b"x2"], None, PROMPT[:8])])
+    assert index.match(index.keys(PROMPT)) == {"a": 2, "b": 2}
+    index.apply("b", [BlockRemoved([b"x1"])])
+    assert index.match(index.keys(PROMPT)) == {"a": 2}
+
+
+def test_what_can_not_be_indexed_is_counted_and_skipped():
+    index = PreciseIndex(BS)
+    index.apply(
+        "a",
+        [
+            BlockStored([1], None, PROMPT[:8], 8),  # another block size
+            stored([2], None, PROMPT[:4], medium="CPU"),  # another medium
+            stored([3], 999, PROMPT[:4]),  # a parent never seen
+            stored([4, 5], None, PROMPT[:4]),  # too few tokens
+            BlockStored(None, None, PROMPT[:4], BS),  # malformed
+            "garbage",
+        ],
+    )
+    index.apply("a", [BlockRemoved([77])])
+    assert index.counts.skipped == 6 and index.counts.unknown_removed == 1
+    assert index.pod_blocks("a") == 0
+
+
+def test_a_pod_is_bounded_by_its_capacity_oldest_first():
+    index = PreciseIndex(BS, default_capacity=3)
+    tokens = list(range(40))
+    index.apply("a", [stored(range(10), None, tokens)])
+    assert index.pod_blocks("a") == 3
+    index.set_capacity("b", 5)
+    index.apply("b", [stored(range(10), None, tokens)])
+    assert index.pod_blocks("b") == 5
+    # The first blocks were evicted first, so the prompt's prefix is gone, as on an engine.
+    assert index.match(index.keys(tokens)) == {}
+
+
+def test_status_and_removal():
+    index = PreciseIndex(BS)
+    assert index.status("a") == UNKNOWN
+    index.set_status("a", LIVE)
+    index.apply("a", [stored([1], None, PROMPT[:4])])
+    index.set_status("a", GAPPED)
+    assert index.statuses() == {"a": GAPPED}
+    index.remove_pod("a")
+    assert index.status("a") == UNKNOWN and index.match(index.keys(PROMPT)) == {}
+
+
+def test_block_size_must_be_positive():
+    with pytest.raises(ValueError, match="block size"):
+        PreciseIndex(0)
