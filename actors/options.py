@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_DATASTORE_NAME = "epp-datastore"
+# Where a pod publishes its KV events (its pods-file `kvEvents`), as labels of its endpoint.
+KV_EVENTS_LABEL = "kv-events.ray-epp.io/endpoint"
+KV_REPLAY_LABEL = "kv-events.ray-epp.io/replay"
 
 
 class PodSpec(BaseModel):
@@ -24,6 +27,30 @@ class PodSpec(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     node: str | None = Field(None, pattern=r"^[0-9a-f]{56}$")
     node_labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kv_events(cls, data: Any) -> Any:
+        """`kvEvents: {endpoint: tcp://host:port, replay: tcp://host:port}` (where the pod publishes
+        vLLM's KV events, e.g. `epp sim`'s pods) becomes two labels the profile actors read
+        (actors/kv_event_feeds.py), so it travels with the pod's endpoint."""
+        if not isinstance(data, dict) or not ({"kvEvents", "kv_events"} & data.keys()):
+            return data
+        data = dict(data)
+        spec = data.pop("kvEvents", None) or data.pop("kv_events", None)
+        if spec is None:
+            return data
+        if not isinstance(spec, dict) or not isinstance(spec.get("endpoint"), str) or not spec["endpoint"]:
+            raise ValueError("kvEvents must be {endpoint: tcp://host:port, replay?: tcp://host:port}")
+        unknown = set(spec) - {"endpoint", "replay"}
+        if unknown:
+            raise ValueError(f"kvEvents has unknown fields {sorted(unknown)} (endpoint, replay)")
+        labels = dict(data.get("labels") or {})
+        labels[KV_EVENTS_LABEL] = spec["endpoint"]
+        if spec.get("replay"):
+            labels[KV_REPLAY_LABEL] = str(spec["replay"])
+        data["labels"] = labels
+        return data
 
     @field_validator("name", "address")
     @classmethod
@@ -90,6 +117,8 @@ class ActorOptions(BaseModel):
     # pods change every scrape); 0 takes every version.
     snapshot_min_interval_s: float = Field(0.025, ge=0)
     watch_timeout_s: float = Field(5.0, gt=0)
+    # How often a profile actor hands its pods' KV-event batches to its plugins (actors/kv_event_feeds.py).
+    kv_events_drain_s: float = Field(0.02, gt=0)
     profile_max_task_retries: int = Field(0, ge=-1)
     # The datastore and the profile actors prefer Ray nodes with these labels (soft: when none is
     # alive they run, and are restarted, elsewhere), e.g. CPU nodes next to the gateway replicas;

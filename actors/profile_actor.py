@@ -23,6 +23,7 @@ import ray
 from ray.exceptions import ActorDiedError
 
 from actors.channel import ChannelServer
+from actors.kv_event_feeds import KVEventFeeds
 from actors.metrics_hub import MetricsPusher, MetricsRecorder, get_or_create_hub
 from actors.options import as_options
 from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, as_served
@@ -38,6 +39,7 @@ from scheduler import (
 )
 from scheduler.cycle_state import profile_error_key
 from scheduler.hooks import RequestHooks
+from scheduler.interfaces import kv_event_sinks
 from scheduler.plugins.support.inflight import InFlightLedger
 from scheduler.plugins.support.prefix.index import PrefixIndex
 from scheduler.trace import SchedulingTrace
@@ -77,6 +79,11 @@ class ProfileActor:
         self.profile = built.profiles[profile_name]
         # The same dispatcher, and so the same rule, as the in-process Scheduler's (scheduler/hooks.py).
         self._hooks = RequestHooks(self.profile.plugins())
+        # Plugins that consume KV events (the precise prefix producer): this actor subscribes to its
+        # pods' event streams and feeds them (actors/kv_event_feeds.py).
+        sinks = kv_event_sinks(list(built.plugins.values()))
+        self._kv_sinks = sinks
+        self._kv_feeds = KVEventFeeds(sinks) if sinks and datastore_name else None
         self._datastore_name = datastore_name
         self._namespace = namespace or ray.get_runtime_context().namespace
         self._datastore: Any = None
@@ -92,6 +99,9 @@ class ProfileActor:
         self._pusher: MetricsPusher | None = None
         # Without a datastore (a Serve request router's actors) every call brings its endpoints.
         self._watcher = asyncio.get_running_loop().create_task(self._watch_loop()) if datastore_name else None
+        self._kv_drainer = (
+            asyncio.get_running_loop().create_task(self._kv_drain_loop()) if self._kv_feeds is not None else None
+        )
         # The same run_batch, also served on 127.0.0.1 for same-node gateways (see actors/channel.py).
         self._channel = ChannelServer(self._run_batch_by_channel) if self._options.direct_channel else None
         self._batches = self._channel_batches = 0
@@ -113,6 +123,8 @@ class ProfileActor:
                 if delta is not None:
                     as_served(delta.endpoints)
                     self._version, self._endpoints = self._pool.version, self._pool.endpoints
+                    if self._kv_feeds is not None:
+                        self._kv_feeds.sync(self._endpoints)
                     self._snapshot_event.set()
                     self._snapshot_event = asyncio.Event()
                     if opts.snapshot_min_interval_s:
@@ -125,6 +137,35 @@ class ProfileActor:
                     self._datastore = None  # look it up by name again (it may be re-created)
                 log.debug("profile %s: watch failed: %s", self._name, err)
                 await asyncio.sleep(0.1)
+
+    async def _kv_drain_loop(self) -> None:
+        assert self._kv_feeds is not None
+        while True:
+            await asyncio.sleep(self._options.kv_events_drain_s)
+            try:
+                self._kv_feeds.drain()
+            except Exception:  # never let the feed die: the next round tries again
+                log.exception("profile %s: delivering KV events failed", self._name)
+
+    async def apply_kv_events(self, pod: str, batches: list[Any]) -> int:
+        """Feed a pod's event batches (`kvevents.KVEventBatch`, oldest first) to this actor's
+        KV-event sinks: for a feeder outside the actor. Returns how many sinks took them."""
+        for sink in self._kv_sinks:
+            sink.apply_kv_events(pod, batches)
+        return len(self._kv_sinks)
+
+    async def set_kv_event_status(self, pod: str, status: str) -> int:
+        for sink in self._kv_sinks:
+            sink.set_kv_event_status(pod, status)
+        return len(self._kv_sinks)
+
+    async def kv_events(self) -> dict[str, Any]:
+        """Each pod's KV-event stream (state, counters, addresses) and what the sinks hold."""
+        return {
+            "streams": self._kv_feeds.statuses() if self._kv_feeds is not None else {},
+            "feed_errors": self._kv_feeds.errors if self._kv_feeds is not None else 0,
+            "sinks": {s.name: s.info() for s in self._kv_sinks if callable(getattr(s, "info", None))},
+        }
 
     async def ready(self, min_version: int = 1) -> int:
         """Wait until a snapshot of at least `min_version` arrived; returns the version held."""
@@ -238,6 +279,9 @@ class ProfileActor:
             "watch_errors": self._watch_errors,
             "events": dict(self._events),
             "state_sizes": state_sizes(self.profile.plugins()),
+            "kv_events": (
+                {pod: st["state"] for pod, st in self._kv_feeds.statuses().items()} if self._kv_feeds else {}
+            ),
         }
 
     def __repr__(self) -> str:  # shows in Ray's logs and errors

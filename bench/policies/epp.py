@@ -24,7 +24,14 @@
   request is scheduled at once (so a ledger detector sees it before the next dispatch); one
   rejected for capacity or evicted on TTL is a shed (`flow_outcomes` says which).
 * P/D configs: when the result has a prefill target (the handler's prefill profile, else GIE's
-  "prefill"), the answer is (prefill pod, decode pod)."""
+  "prefill"), the answer is (prefill pod, decode pod).
+* KV events: when the config has a KVEventSink (`precise-prefix-cache-producer`), the router has
+  `on_kv_events`, so the simulation turns its pods' events on and delivers each step's batch in
+  virtual time (a pod is `live` from its first batch); each request carries the token ids the
+  simulated pod's `/tokenize` answers (`simulator.tokens.token_ids`).
+* Predictions: for every completed request, the prefix match the scheduler attached to its target
+  (PREFIX_MATCH_KEY) against the tokens the pod really served from its cache (`predictions`:
+  right within one block / total)."""
 
 from __future__ import annotations
 
@@ -38,8 +45,13 @@ from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.errors import ErrorCode
 from scheduler.flowcontrol.controller import build_flow_controller
 from scheduler.flowcontrol.types import DEFAULT_FAIRNESS_ID, FAIRNESS_ID_HEADER, FlowItem, Outcome
+from scheduler.interfaces import kv_event_sinks
+from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
+from scheduler.plugins.support.prefix.precise_index import LIVE
+from scheduler.plugins.support.tokenized import set_memo_tokens
 from scheduler.types import SchedulingResult
 from simulator import HOLD, PodView, RequestResult, RouteDecision, SimRequest
+from simulator.tokens import token_ids
 
 # Virtual time + this is what the scheduler's clocks read: update_time 0 means "not tracked".
 VIRTUAL_EPOCH = 1_000_000.0
@@ -80,6 +92,20 @@ class SchedulerRouter:
         self.errors: dict[str, str] = {}
         self._endpoints: dict[str, tuple[dict, float, Endpoint]] = {}
         self._requests: dict[str, LLMRequest] = {}
+        self.kv_sinks = kv_event_sinks(list(self.scheduler.plugins.values()))
+        if self.kv_sinks:
+            self.on_kv_events = self._on_kv_events  # the simulation delivers events only when this exists
+        self._live: set[str] = set()
+        self._predicted: dict[str, tuple[int, int]] = {}  # request id -> (predicted tokens, block size)
+        # right / total over completed requests; *_cached: only those predicted or served with a cache hit
+        self.predictions = {"right": 0, "total": 0, "right_cached": 0, "total_cached": 0}
+
+    def _on_kv_events(self, pod: str, batch: object) -> None:
+        for sink in self.kv_sinks:
+            if pod not in self._live:
+                sink.set_kv_event_status(pod, LIVE)
+            sink.apply_kv_events(pod, [batch])
+        self._live.add(pod)
 
     def virtual_clock(self) -> float:
         return VIRTUAL_EPOCH + self.now
@@ -105,6 +131,8 @@ class SchedulerRouter:
             headers=dict(request.headers),
             priority=request.priority,
         )
+        if self.kv_sinks and isinstance(request.prompt, (str, list)):
+            set_memo_tokens(req, token_ids(request.prompt))
         if self.flow is not None:
             return self._enqueue(request, req, endpoints)
         if self.admission and req.sheddable and pool_saturated(self.detectors, endpoints):
@@ -122,6 +150,9 @@ class SchedulerRouter:
                 self.errors[request.request_id] = f"{err.code.value}: {err.message}"
             return None
         self._requests[request.request_id] = req
+        info = result.target.attributes.get(PREFIX_MATCH_KEY)
+        if info is not None:
+            self._predicted[request.request_id] = (info.match_tokens, info.block_size_tokens)
         decode = result.target.name
         prefill = prefill_target(result)
         return (prefill, decode) if prefill is not None and prefill != decode else decode
@@ -183,6 +214,14 @@ class SchedulerRouter:
         req = self._requests.pop(request.request_id, None)
         if req is not None and pod is not None:
             self.scheduler.response_complete(req, pod)
+        predicted = self._predicted.pop(request.request_id, None)
+        if predicted is not None and result.status == "ok":
+            right = abs(predicted[0] - result.cached_tokens) <= predicted[1]
+            self.predictions["total"] += 1
+            self.predictions["right"] += right
+            if predicted[0] or result.cached_tokens:
+                self.predictions["total_cached"] += 1
+                self.predictions["right_cached"] += right
 
 
 def prefill_target(result: SchedulingResult) -> str | None:

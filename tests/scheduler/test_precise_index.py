@@ -3,41 +3,10 @@ that walk the longest cached prefix, keys recomputed from token ids."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 
+from kvevents import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 from scheduler.plugins.support.prefix.precise_index import GAPPED, LIVE, UNKNOWN, PreciseIndex
-
-
-# The shapes of vLLM's events (kvevents' dataclasses carry the same fields).
-@dataclass(slots=True)
-class BlockStored:
-    block_hashes: list
-    parent_block_hash: object
-    token_ids: list
-    block_size: int
-    lora_id: int | None = None
-    medium: str | None = "GPU"
-
-
-@dataclass(slots=True)
-class BlockRemoved:
-    block_hashes: list
-    medium: str | None = "GPU"
-
-
-@dataclass(slots=True)
-class AllBlocksCleared:
-    pass
-
-
-@dataclass(slots=True)
-class KVEventBatch:
-    ts: float
-    events: list = field(default_factory=list)
-    data_parallel_rank: int | None = None
-
 
 BS = 4
 PROMPT = list(range(100, 116))  # 4 blocks of 4 tokens

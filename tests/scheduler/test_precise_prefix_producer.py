@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kvevents import AllBlocksCleared, BlockStored, KVEventBatch
 from scheduler import Scheduler
 from scheduler.config import load_config, load_config_file
 from scheduler.cycle_state import CycleState
@@ -18,7 +19,6 @@ from scheduler.plugins.producers.precise_prefix import PrecisePrefixCacheProduce
 from scheduler.plugins.support.prefix.precise_index import GAPPED, LIVE
 from scheduler.plugins.support.tokenized import set_memo_tokens
 from tests.scheduler.helpers import endpoint, request
-from tests.scheduler.test_precise_index import AllBlocksCleared, BlockStored, KVEventBatch
 
 SAMPLE = Path(__file__).parents[1] / "fixtures" / "llm-d" / "sim-epp-no-hit-lru.yaml"
 BS = 5  # the sample's tokenProcessorConfig.blockSizeTokens

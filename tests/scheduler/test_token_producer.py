@@ -11,6 +11,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from bench.tokenizer_fixture import CORPUS, TokenizeServer, make_tokenizer
+from kvevents import BlockStored, KVEventBatch
 from scheduler import Scheduler
 from scheduler.config import load_config, load_config_file
 from scheduler.errors import ConfigError
@@ -19,7 +20,6 @@ from scheduler.plugins.producers.token_producer import TokenProducer
 from scheduler.plugins.support.prefix.precise_index import LIVE
 from scheduler.plugins.support.token_cache import PrefixTokenCache
 from tests.scheduler.helpers import endpoint, request
-from tests.scheduler.test_precise_index import BlockStored, KVEventBatch
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "llm-d"
 SHARED = " ".join(CORPUS[:9])  # ~750 characters shared by every prompt below

@@ -190,6 +190,9 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         infos = super().produce(cycle_state, request, endpoints)
         index = self.precise
         live = [ep for ep in endpoints if index.status(ep.name) == LIVE]
+        for ep in live:  # a pod's entry is sized by its KV cache when it reports one
+            if ep.metrics.cache_num_blocks > 0 and not index.pod_blocks(ep.name):
+                index.set_capacity(ep.name, ep.metrics.cache_num_blocks)
         if not live:
             return infos
         tokens = self.token_source.tokens(request) if self.token_source is not None else memo_tokens(request)

@@ -40,7 +40,12 @@ TOKEN_BYTES = 4  # each token id as one unsigned 32-bit integer
 
 
 def token_bytes(tokens: Sequence[int]) -> bytes:
-    return array("I", tokens).tobytes()
+    """Each id as 4 bytes; an id of 2**32 or more (no real vocabulary has one) is folded to 32 bits
+    the same way wherever it appears, so both sides still agree."""
+    try:
+        return array("I", tokens).tobytes()
+    except OverflowError:
+        return array("I", [(t ^ (t >> 32)) & 0xFFFFFFFF for t in tokens]).tobytes()
 
 
 @dataclass(slots=True)

@@ -1,0 +1,93 @@
+"""The whole KV-event path on a real Ray: a simulated pod's engine publishes vLLM KV events over
+ZMQ on 127.0.0.1, the profile actor subscribes because the pod is in its pool, its precise prefix
+producer indexes the blocks, and a request goes to the pod that holds them; the pod's stream state
+is visible; a removed pod's subscription stops and its entry is forgotten."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+ray = pytest.importorskip("ray")
+
+from actors import PodSpec, ProfileCall, start_epp_actors, stop_epp_actors  # noqa: E402
+from bench.tokenizer_fixture import make_tokenizer  # noqa: E402
+from kvevents import BlockStored, KVEventBatch, ZmqEventPublisher  # noqa: E402
+from scheduler import CycleState, LLMRequest  # noqa: E402
+from scheduler.plugins.support.tokenizer_backends import LocalTokenizer  # noqa: E402
+from tests.actors.support import MODEL, fast_options, wait_for  # noqa: E402
+
+BS = 16
+PROMPT = "You are a helpful assistant. Answer the question about the document below. " * 12
+
+CONFIG = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+  parameters: {{local: {{tokenizerPath: "{path}"}}}}
+- type: precise-prefix-cache-producer
+  parameters: {{tokenProcessorConfig: {{blockSize: {bs}}}}}
+- type: prefix-cache-scorer
+  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+  - pluginRef: max-score-picker
+"""
+
+
+def test_events_from_a_pod_reach_the_profile_actor_and_route_its_requests(ray_session, sim, tmp_path):
+    path = make_tokenizer(tmp_path)
+    ids = LocalTokenizer(path).encode(PROMPT, True)
+    n = len(ids) // BS
+    with ZmqEventPublisher() as pub:
+        pods = []
+        for p in sim.pods:
+            spec = {"name": p.name, "address": p.address, "port": p.port, "labels": p.labels}
+            if p.name == "sim-1":
+                spec["kvEvents"] = {"endpoint": pub.endpoint, "replay": pub.replay_endpoint}
+            pods.append(PodSpec(**spec))
+        # The first half is published before anyone subscribes: lost to the subscriber, it is
+        # recovered through the replay socket once the second half's sequence number shows the gap.
+        half = n // 2
+        pub.publish(KVEventBatch(0.0, [BlockStored(list(range(half)), None, ids[: half * BS], BS)]))
+        epp = start_epp_actors(CONFIG.format(path=path, bs=BS), pods, options=fast_options("t-kv"))
+        try:
+            actor = epp.profiles["default"]
+            wait_for(lambda: "sim-1" in ray.get(actor.kv_events.remote())["streams"], what="sim-1 subscribed")
+            rest = BlockStored(list(range(half, n)), half - 1, ids[half * BS : n * BS], BS)
+
+            def indexed():
+                pub.publish(KVEventBatch(1.0, [rest]))  # again until the subscriber has joined
+                info = ray.get(actor.kv_events.remote())
+                pod = info["sinks"]["precise-prefix-cache-producer"]["pods"].get("sim-1")
+                return info if pod and pod["status"] == "live" and pod["blocks"] == n else None
+
+            info = wait_for(indexed, timeout=10, interval=0.2, what="sim-1's blocks in the profile actor's index")
+            assert info["streams"]["sim-1"]["endpoint"] == pub.endpoint
+            assert info["streams"]["sim-1"]["replayed"] >= 1
+            assert ray.get(actor.info.remote())["kv_events"]["sim-1"] == "live"
+            body = {"model": MODEL, "prompt": PROMPT + " and one more question?"}
+            calls = [
+                ProfileCall(LLMRequest(request_id=f"k{i}", target_model=MODEL, body=body), CycleState())
+                for i in range(3)
+            ]
+            outcomes = ray.get(actor.run_batch.remote(calls))
+            assert [o.result.target_endpoints[0].name for o in outcomes] == ["sim-1"] * 3
+
+            ray.get(epp.datastore.remove_pod.remote("sim-1"))
+
+            def forgotten():
+                info = ray.get(actor.kv_events.remote())
+                return (
+                    "sim-1" not in info["streams"]
+                    and "sim-1" not in info["sinks"]["precise-prefix-cache-producer"]["pods"]
+                )
+
+            wait_for(forgotten, timeout=10, what="sim-1's subscription stopped and its entry forgotten")
+        finally:
+            stop_epp_actors(epp)
