@@ -214,3 +214,35 @@ def test_a_bad_endpoint_is_a_clear_error() -> None:
         ZmqEventSubscriber("pod-x", "nonsense://", lambda p, b: None)
     with ZmqEventPublisher() as pub, pytest.raises(OSError, match="cannot bind"):
         ZmqEventPublisher(pub.endpoint)
+
+
+def test_without_a_replay_socket_a_sequence_going_back_is_a_restart() -> None:
+    ctx = zmq.Context.instance()
+    raw = ctx.socket(zmq.PUB)
+    raw.setsockopt(zmq.LINGER, 0)
+    port = raw.bind_to_random_port("tcp://127.0.0.1")
+    sink = Sink()
+
+    def send(seq: int, batch: KVEventBatch) -> None:
+        raw.send_multipart([b"", seq.to_bytes(8, "big"), encode_batch(batch)])
+
+    try:
+        with ZmqEventSubscriber("pod-r", f"tcp://127.0.0.1:{port}", sink, replay_on_join=False) as sub:
+            seq = 0
+            deadline = time.monotonic() + 5
+            while not sink.got:
+                assert time.monotonic() < deadline
+                send(seq, KVEventBatch(0.0, []))
+                seq += 1
+                time.sleep(0.02)
+            send(seq + 50, stored(1))  # a gap nobody can replay: lost, gapped
+            sink.wait_for(lambda got: 1 in sink.stored())
+            assert sub.status().state is SubscriberState.GAPPED
+            send(0, stored(2))  # the sequence went back: a new engine, holding nothing
+            sink.wait_for(lambda got: 2 in sink.stored())
+            kinds = [type(e).__name__ for _, b in sink.got for e in b.events]
+            assert kinds[-2:] == ["AllBlocksCleared", "BlockStored"]
+            st = sub.status()
+            assert st.resets == 1 and st.lost == 50 and st.state is SubscriberState.LIVE
+    finally:
+        raw.close(linger=0)
