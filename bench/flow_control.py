@@ -48,6 +48,10 @@ CONFIGS = {
     "flow control, round-robin (bench/configs/flow-control.yaml)": ROOT / "bench/configs/flow-control.yaml",
     "flow control, global-strict (bench/configs/flow-control-strict.yaml)": ROOT
     / "bench/configs/flow-control-strict.yaml",
+    "flow control, holdback (bench/configs/flow-control-holdback.yaml)": ROOT
+    / "bench/configs/flow-control-holdback.yaml",
+    "flow control, soft ceiling (bench/configs/flow-control-soft-ceiling.yaml)": ROOT
+    / "bench/configs/flow-control-soft-ceiling.yaml",
 }
 BASELINE = "shed-only (configs/priority.yaml)"  # goodput ratios are to this one, as written
 CAPACITY = 229.7  # req/s, 8 pods, this workload: docs/BENCHMARKS.md "Mixed priority under overload"
@@ -97,16 +101,18 @@ def max_min_shares(served_total: float, demands: dict[str, float]) -> dict[str, 
     return shares
 
 
-def with_line(path: Path, tokens: int | None) -> Path | EndpointPickerConfig:
-    """The config with its prefill-backlog-detector's maxBacklogTokens set (None: as written)."""
-    if tokens is None:
-        return path
+def with_line(path: Path, tokens: int | None, ttl: str | None = None) -> Path | EndpointPickerConfig:
+    """The config with its prefill-backlog-detector's maxBacklogTokens set and, for a flow-control
+    config, its defaultRequestTTL (None: as written)."""
     data = yaml.safe_load(path.read_text())
     found = False
     for spec in data["plugins"]:
-        if spec["type"] == "prefill-backlog-detector":
+        if tokens is not None and spec["type"] == "prefill-backlog-detector":
             spec.setdefault("parameters", {})["maxBacklogTokens"] = tokens
             found = True
+    if ttl is not None and "flowControl" in data:
+        data["flowControl"]["defaultRequestTTL"] = ttl
+        found = True
     return load_config(data) if found else path
 
 
@@ -165,6 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--lines", default="", help="comma-separated maxBacklogTokens for the prefill-backlog-detector (a sweep)"
     )
+    ap.add_argument("--ttl", default=None, help="the flow-control configs' defaultRequestTTL, e.g. 5s (0s: none)")
     args = ap.parse_args(argv)
     loads = [float(x) for x in args.loads.split(",")]
     lines: list[int | None] = [int(x) for x in args.lines.split(",")] if args.lines else [None]
@@ -178,8 +185,14 @@ def main(argv: list[str] | None = None) -> None:
             if args.only and not any(part in label for part in args.only.split(",")):
                 continue
             for line in lines:
-                config = with_line(path, line)
-                name = label if line is None or config is path else f"{label}, line {line}"
+                config = with_line(path, line, args.ttl)
+                name = (
+                    label
+                    if config is path
+                    else label
+                    + (f", line {line}" if line else "")
+                    + (f", TTL {args.ttl}" if args.ttl and "flowControl" in yaml.safe_load(path.read_text()) else "")
+                )
                 row = {"config": name, **run_one(config, load, labelled, args.duration, args.seed)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)

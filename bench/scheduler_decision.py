@@ -149,6 +149,7 @@ def run(
     seed: int,
     freeze: bool = False,
     config_path: str | Path = DEFAULT_CONFIG,
+    respond: bool = False,
 ) -> dict:
     rng = random.Random(seed)
     endpoints = make_endpoints(n_endpoints, rng)
@@ -172,6 +173,9 @@ def run(
             out["total"].append(t2 - t0)
             info = result.target.attributes.get(PREFIX_MATCH_KEY)
             out["hit"].append(int(info is not None and info.match_blocks > 0))
+            if respond:  # untimed: plugins that learn from responses (the latency predictor) get warm
+                sched.response_first_token(req, result.target.name)
+                sched.response_complete(req, result.target.name)
             load_feedback(result.target, endpoints, rng)
         return out
 
@@ -238,6 +242,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--endpoints", default="8,64,512", help="comma-separated pool sizes")
     ap.add_argument("--decisions", type=int, default=3000)
     ap.add_argument("--warmup", type=int, default=1000)
+    ap.add_argument(
+        "--respond", action="store_true",
+        help="report each decision's first token and completion at once (untimed), so plugins that learn "
+        "from responses (predicted-latency-producer) are warm; in-flight ledgers then stay empty",
+    )
     ap.add_argument("--prompt-bytes", type=int, default=8192)
     ap.add_argument("--groups", type=int, default=64, help="shared-prefix groups")
     ap.add_argument("--seed", type=int, default=1)
@@ -252,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
         rounds = [
             run(
                 int(n), args.decisions, args.warmup, args.prompt_bytes, args.groups, args.seed + i, args.gc_freeze,
-                args.config,
+                args.config, args.respond,
             )
             for i in range(args.rounds)
         ]
@@ -262,7 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"machine: {machine()}; load average during the run {os.getloadavg()[0]:.2f}")
     print(
         f"{args.decisions} decisions per size after {args.warmup} warm-up, {args.prompt_bytes} B prompts, "
-        f"{args.groups} shared-prefix groups, {args.config}; best of {args.rounds} rounds\n"
+        f"{args.groups} shared-prefix groups, {args.config}{', responses reported' if args.respond else ''}; "
+        f"best of {args.rounds} rounds\n"
     )
     print(
         "| endpoints | decision p50 | decision p99 | + pre-request p50 | total p50 | total p99 | total CPU p50 / p99 "

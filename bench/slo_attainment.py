@@ -102,7 +102,8 @@ def verdicts(result: dict[str, Any], ours: str = "epp-slo") -> list[str]:
     if (0.9, ours) in by:
         a = by[(0.9, ours)]["attainment"]
         out.append(f"{'met' if a >= 0.95 else 'missed'}: attainment at 0.9x {a * 100:.1f}% (target >= 95%)")
-    peers = [r for (f, p), r in by.items() if f == 1.1 and p != ours]
+    # Peers: today's default and the other routers; variants of ours (epp-slo-*) are ablations.
+    peers = [r for (f, p), r in by.items() if f == 1.1 and p != ours and not p.startswith(ours + "-")]
     if (1.1, ours) in by and peers:
         best = max(peers, key=lambda r: r["attainment"])
         a = by[(1.1, ours)]["attainment"]

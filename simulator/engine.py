@@ -28,12 +28,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvevents import BlockHasher, BlockStored, KVEvent
+from kvevents import BlockHasher, KVEvent
 from simulator.config import PodConfig
 from simulator.kv_cache import KVCache
 from simulator.lora import LoraSlots
 from simulator.timing import StepCost
-from simulator.tokens import Prompt, block_hashes, count_tokens, token_ids
+from simulator.tokens import Prompt, block_hashes, count_tokens, token_ids, vllm_hasher
 
 WAITING, TRANSFERRING, RUNNING, FINISHED, ABORTED = range(5)
 
@@ -118,7 +118,7 @@ class Engine:
     def enable_kv_events(self) -> None:
         """Key blocks as vLLM does and collect the cache's events (before any request arrives)."""
         if self.hasher is None:
-            self.hasher = BlockHasher(self.block_size, self.cfg.prefix_caching_hash_algo, self.cfg.hash_seed)
+            self.hasher = vllm_hasher(self.block_size, self.cfg.prefix_caching_hash_algo, self.cfg.hash_seed)
             self.kv.events = []
 
     def take_kv_events(self) -> list[KVEvent]:
@@ -488,27 +488,8 @@ class Engine:
                 for i in range(r.n_hashed, nb):
                     cache_block(blocks[i], hashes[i])
             else:
-                self._register_with_events(r, nb)
+                self.kv.cache_blocks_with_events(blocks, hashes, r.token_ids, r.n_hashed, nb, r.lora)
             r.n_hashed = nb
-
-    def _register_with_events(self, r: EngineRequest, nb: int) -> None:
-        """Cache blocks n_hashed..nb and emit one BlockStored per run of newly cached blocks."""
-        kv, bs, hashes, tokens = self.kv, self.block_size, r.block_hashes, r.token_ids
-        assert kv.events is not None and tokens is not None
-        run_start = -1
-        for i in range(r.n_hashed, nb + 1):
-            new = i < nb and kv.cache_block(r.blocks[i], hashes[i])
-            if new and run_start < 0:
-                run_start = i
-            elif not new and run_start >= 0:
-                kv.events.append(BlockStored(
-                    block_hashes=hashes[run_start:i],
-                    parent_block_hash=hashes[run_start - 1] if run_start > 0 else None,
-                    token_ids=tokens[run_start * bs : i * bs],
-                    block_size=bs,
-                    lora_name=r.lora,
-                ))  # fmt: skip
-                run_start = -1
 
     def _free(self, r: EngineRequest) -> None:
         self.kv.release(r.blocks)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from kvevents import AllBlocksCleared, BlockRemoved
+from kvevents import AllBlocksCleared, BlockRemoved, BlockStored
 
 
 class KVCache:
@@ -110,6 +110,27 @@ class KVCache:
             self.block_hash[block_id] = h
             return True
         return False
+
+    def cache_blocks_with_events(
+        self, blocks: list[int], hashes: list[int], tokens: list[int] | None, first: int, end: int, lora: str | None
+    ) -> None:
+        """Cache a request's blocks first..end-1 and emit one BlockStored per run of new ones."""
+        events, bs = self.events, self.block_size
+        assert events is not None and tokens is not None
+        run_start = -1
+        for i in range(first, end + 1):
+            new = i < end and self.cache_block(blocks[i], hashes[i])
+            if new and run_start < 0:
+                run_start = i
+            elif not new and run_start >= 0:
+                events.append(BlockStored(
+                    block_hashes=hashes[run_start:i],
+                    parent_block_hash=hashes[run_start - 1] if run_start > 0 else None,
+                    token_ids=tokens[run_start * bs : i * bs],
+                    block_size=bs,
+                    lora_name=lora,
+                ))  # fmt: skip
+                run_start = -1
 
     def _removed(self, h: int) -> None:
         events = self.events

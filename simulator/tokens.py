@@ -13,9 +13,12 @@ distinct chunks have distinct ids), any other chunk's is 2**32 + its CRC-32.
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections.abc import Sequence
 from typing import Any
+
+from kvevents import BlockHasher
 
 CHARS_PER_TOKEN = 4
 
@@ -34,7 +37,14 @@ def token_ids(prompt: Prompt) -> list[int]:
     if not isinstance(prompt, str):
         return list(prompt)
     step = CHARS_PER_TOKEN
-    out: list[int] = []
+    n_full = len(prompt) // step
+    if prompt.isascii():  # one C call for the whole chunks: 4 ASCII bytes = one big-endian uint32
+        data = prompt.encode()
+        out = list(struct.unpack(f">{n_full}I", data[: n_full * step]))
+        if len(data) > n_full * step:
+            out.append(int.from_bytes(data[n_full * step :], "big"))
+        return out
+    out = []
     for i in range(0, len(prompt), step):
         chunk = prompt[i : i + step]
         if chunk.isascii():
@@ -71,6 +81,20 @@ def flatten_messages(messages: Sequence[Any]) -> str:
         out.append(f"<|start_header_id|>{role}<|end_header_id|>\n\n{_content_text(content)}<|eot_id|>")
     out.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
     return "".join(out)
+
+
+# One vLLM-style hasher per setting for every engine of the process: pods of one simulation see the
+# same prompts, and a hasher remembers the blocks it hashed.
+_HASHERS: dict[tuple[int, str, str], BlockHasher] = {}
+
+
+def vllm_hasher(block_size: int, algo: str, seed: str) -> BlockHasher:
+    """The shared `kvevents.BlockHasher` for vLLM block keys with these settings."""
+    key = (block_size, algo, seed)
+    h = _HASHERS.get(key)
+    if h is None:
+        h = _HASHERS[key] = BlockHasher(block_size, algo, seed)
+    return h
 
 
 def block_hashes(prompt: Prompt, block_size: int, extra_key: str | None = None) -> list[int]:

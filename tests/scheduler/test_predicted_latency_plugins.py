@@ -21,7 +21,7 @@ plugins:
 - type: slo-headroom-tier-filter
 - type: latency-slo-admitter
 - type: latency-scorer
-  parameters: {headroomSelection: HEADROOM}
+  parameters: {headroomSelectionStrategy: HEADROOM}
 - type: max-score-picker
 schedulingProfiles:
 - name: default
@@ -41,8 +41,9 @@ class Clock:
         return self.now
 
 
-def ep(name: str, waiting: int) -> Endpoint:
-    return Endpoint(name=name, address="127.0.0.1", port=8000, metrics=Metrics(waiting_queue_size=waiting))
+def ep(name: str, waiting: int, running: int = 2, kv: float = 0.3) -> Endpoint:
+    metrics = Metrics(waiting_queue_size=waiting, running_requests_size=running, kv_cache_usage_percent=kv)
+    return Endpoint(name=name, address="127.0.0.1", port=8000, metrics=metrics)
 
 
 def trained(headroom: str = "least") -> tuple[Scheduler, Clock]:
@@ -123,6 +124,20 @@ def test_the_admitter_refuses_a_sheddable_request_no_endpoint_can_serve_in_time(
     assert pick(sched, {"x-slo-ttft-ms": "30"}, priority=-1) == "pod-0"  # one endpoint meets it
 
 
+@pytest.mark.parametrize(
+    ("quiet", "admitted"),
+    [(ep("pod-3", 0, running=0, kv=0.3), True), (ep("pod-3", 9, running=4, kv=0.01), True), (ep("pod-3", 9), False)],
+)
+def test_the_admitter_admits_when_an_endpoint_is_idle_or_cold(quiet, admitted):
+    sched, _ = trained()
+    pool = [*POOL, quiet]
+    if admitted:
+        assert pick(sched, {"x-slo-ttft-ms": "10"}, priority=-1, pool=pool)
+    else:
+        with pytest.raises(SchedulingError):
+            pick(sched, {"x-slo-ttft-ms": "10"}, priority=-1, pool=pool)
+
+
 def test_a_malformed_header_fails_the_request_as_a_bad_request():
     sched, _ = trained()
     with pytest.raises(SchedulingError) as err:
@@ -163,3 +178,48 @@ def test_shipped_slo_config_loads():
 
     sched = Scheduler.from_config(load_config_file(Path(__file__).parents[2] / "configs" / "slo.yaml"))
     assert "predicted-latency-producer" in sched.plugins
+
+
+def test_the_inlined_hot_path_predicts_what_the_model_does():
+    from scheduler.cycle_state import CycleState
+    from scheduler.plugins.producers.predicted_latency import _tpot_features, _ttft_features
+
+    sched, _ = trained()
+    producer = sched.plugins["predicted-latency-producer"]
+    pool = [
+        Endpoint(name=f"pod-{i}", address="h", port=1, metrics=Metrics(i, 2 * i, kv_cache_usage_percent=i / 10))
+        for i in range(5)
+    ]
+    req = LLMRequest("q", "m", body={"prompt": "y" * 400})
+    predicted = producer.predictions(CycleState(), req, pool)
+    for ep in pool:
+        x = _ttft_features(ep, 100, 0, 0)
+        assert predicted[ep.name].ttft_ms == pytest.approx(producer.ttft.predict(ep.name, x))
+        assert predicted[ep.name].tpot_ms == pytest.approx(producer.tpot.predict(ep.name, _tpot_features(ep, 0)))
+
+
+def test_llm_d_s_own_shape_loads_and_routes():
+    """llm-d's predicted-latency sample lists the producer in the profile (streamingMode: true)."""
+    sched = Scheduler.from_config(load_config(LLMD_SHAPE))
+    assert sched.plugins["predicted-latency-producer"].params.streaming_mode is True
+    req = LLMRequest("r", "m", body={"prompt": "x"}, headers={"x-slo-ttft-ms": "100"})
+    assert sched.schedule(req, POOL).target.name in {"pod-0", "pod-1", "pod-2"}  # cold: every endpoint passes
+
+
+LLMD_SHAPE = """
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: predicted-latency-producer
+  parameters: {streamingMode: true}
+- type: latency-scorer
+- type: weighted-random-picker
+- type: slo-headroom-tier-filter
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: predicted-latency-producer
+  - pluginRef: slo-headroom-tier-filter
+  - pluginRef: latency-scorer
+  - pluginRef: weighted-random-picker
+"""

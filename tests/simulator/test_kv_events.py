@@ -170,3 +170,32 @@ def test_a_taken_event_port_is_a_clear_error() -> None:
             asyncio.run(start())
     finally:
         sock.close(linger=0)
+
+
+def test_token_ids_are_the_chunks_bytes_or_crc() -> None:
+    assert token_ids("abcdefgh") == [int.from_bytes(b"abcd", "big"), int.from_bytes(b"efgh", "big")]
+    assert token_ids("abcdef") == [int.from_bytes(b"abcd", "big"), int.from_bytes(b"ef", "big")]
+    ids = token_ids("abcdé and more")
+    assert ids[0] == int.from_bytes(b"abcd", "big") and ids[1] >= 1 << 32 and len(ids) == 4
+    assert token_ids([5, 6]) == [5, 6]
+
+
+async def test_epp_sim_kv_events_names_each_pods_event_ports(tmp_path, capsys) -> None:
+    import argparse
+    import json
+
+    from simulator.cli import add_sim_arguments, serve
+
+    args = add_sim_arguments(argparse.ArgumentParser()).parse_args(
+        ["--pods", "2", "--base-port", "0", "--time-scale", "0", "--kv-events", "--pods-json", str(tmp_path / "p.json")]
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(args, stop))
+    await _wait(lambda: (tmp_path / "p.json").exists())
+    pods = json.loads((tmp_path / "p.json").read_text())
+    stop.set()
+    await task
+    endpoints = [p["kvEvents"]["endpoint"] for p in pods] + [p["kvEvents"]["replay"] for p in pods]
+    assert len(set(endpoints)) == 4 and all(e.startswith("tcp://127.0.0.1:") for e in endpoints)
+    out = capsys.readouterr().out
+    assert f"kv-events={pods[0]['kvEvents']['endpoint']} replay={pods[0]['kvEvents']['replay']}" in out

@@ -3,8 +3,11 @@ an SLO (`x-slo-ttft-ms` / `x-slo-tpot-ms`) when no candidate endpoint is predict
 rather than serve it late. Off unless a config names it. The refusal is ResourceExhausted (429,
 OpenAI-shaped at the gateway) with a message naming the SLO and the best prediction, so a client
 can retry later or relax the target. `onlySheddable` (default true) refuses only sheddable
-requests (priority < 0) and lets others through to the best endpoint. A cold predictor, a request
-without targets or with `x-prediction-based-scheduling: false` is never refused."""
+requests (priority < 0) and lets others through to the best endpoint, as llm-d's admitter does.
+As in llm-d, an endpoint that is idle (nothing running or waiting) or cold (KV use under 2 %) admits
+the request whatever its prediction (a prediction there is least informed and the endpoint can
+start at once); `admitIdleOrCold: false` turns that off. A cold predictor, a request without targets or with
+`x-prediction-based-scheduling: false` is never refused."""
 
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ from scheduler.types import Endpoint, LLMRequest
 
 class LatencySLOAdmitterParameters(PredictorParameters):
     only_sheddable: bool = Field(default=True, alias="onlySheddable")
+    # llm-d's rule, fixed there; a parameter here so a test can see a refusal from quiet pods.
+    admit_idle_or_cold: bool = Field(default=True, alias="admitIdleOrCold")
 
 
 @register
@@ -37,7 +42,11 @@ class LatencySLOAdmitter(PredictorConsumer, Filter):
         if not targets.any or not targets.prediction or (self.params.only_sheddable and not request.sheddable):
             return endpoints
         predicted = self.predictor.predictions(cycle_state, request, endpoints)
-        if predicted is None or not endpoints:
+        if (
+            predicted is None
+            or not endpoints
+            or (self.params.admit_idle_or_cold and any(map(_idle_or_cold, endpoints)))
+        ):
             return endpoints
         best = max(endpoints, key=lambda ep: _headroom(targets, predicted[ep.name]))
         if _headroom(targets, predicted[best.name]) >= 0.0:
@@ -51,6 +60,14 @@ class LatencySLOAdmitter(PredictorConsumer, Filter):
         )
         cycle_state.write(FILTER_FAILURE_KEY, SchedulingError(ErrorCode.RESOURCE_EXHAUSTED, message))
         return []
+
+
+COLD_KV_USE = 0.02
+
+
+def _idle_or_cold(ep: Endpoint) -> bool:
+    m = ep.metrics
+    return (m.running_requests_size == 0 and m.waiting_queue_size == 0) or m.kv_cache_usage_percent < COLD_KV_USE
 
 
 def _headroom(targets, prediction) -> float:

@@ -4,7 +4,7 @@ predicted latency (`predicted-latency-producer`).
 * No SLO header: the lowest predicted TTFT scores 1, the highest 0 (min-max), as llm-d picks the
   lowest-latency endpoint when prediction-based scheduling runs without SLOs.
 * With `x-slo-ttft-ms` / `x-slo-tpot-ms`: endpoints predicted to meet every target score in
-  [0.5, 1], ranked by relative headroom: `headroomSelection: least` (llm-d's bin-packing default,
+  [0.5, 1], ranked by relative headroom: `headroomSelectionStrategy: least` (llm-d's bin-packing default,
   the tightest fit scores 1, keeping roomy endpoints for later requests) or `most` (the safest
   fit scores 1); those predicted to miss score in [0, 0.5), the least deficit highest.
 * A cold predictor or `x-prediction-based-scheduling: false`: every endpoint scores 1 (neutral), so
@@ -25,7 +25,7 @@ from scheduler.types import Endpoint, LLMRequest
 
 
 class LatencyScorerParameters(PredictorParameters):
-    headroom_selection: Literal["least", "most"] = Field(default="least", alias="headroomSelection")
+    headroom_selection: Literal["least", "most"] = Field(default="least", alias="headroomSelectionStrategy")
 
 
 @register

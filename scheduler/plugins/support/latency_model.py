@@ -60,7 +60,7 @@ class RLS:
 class LatencyModel:
     """One quantity (TTFT or TPOT, in milliseconds) per endpoint plus the pool's shared prior."""
 
-    __slots__ = ("dim", "endpoints", "forgetting", "min_samples", "pool")
+    __slots__ = ("dim", "endpoints", "forgetting", "min_samples", "pool", "ready")
 
     def __init__(self, dim: int, min_samples: int = 16, forgetting: float = 0.995) -> None:
         self.dim = dim
@@ -68,6 +68,7 @@ class LatencyModel:
         self.forgetting = forgetting
         self.pool = RLS(dim, forgetting)
         self.endpoints: dict[str, RLS] = {}
+        self.ready: dict[str, RLS] = {}  # the endpoints with min_samples of their own
 
     @property
     def warm(self) -> bool:
@@ -80,15 +81,21 @@ class LatencyModel:
             # P), so its own observations take over within a few samples.
             own = self.endpoints[endpoint] = RLS(self.dim, self.forgetting, theta=list(self.pool.theta))
         own.update(x, y)
+        if own.samples >= self.min_samples:
+            self.ready[endpoint] = own
         self.pool.update(x, y)
+
+    def weights(self) -> tuple[dict[str, RLS], RLS] | None:
+        """For callers that inline the dot product: the endpoints whose own model is warm, and the
+        pool's model for the others; None while cold."""
+        return (self.ready, self.pool) if self.warm else None
 
     def predict(self, endpoint: str, x: list[float]) -> float | None:
         """Milliseconds, at least 0; None while the pool has too few observations."""
         if not self.warm:
             return None
-        own = self.endpoints.get(endpoint)
-        model = own if own is not None and own.samples >= self.min_samples else self.pool
-        return max(0.0, model.predict(x))
+        return max(0.0, self.ready.get(endpoint, self.pool).predict(x))
 
     def forget(self, endpoint: str) -> None:
         self.endpoints.pop(endpoint, None)
+        self.ready.pop(endpoint, None)
