@@ -23,6 +23,7 @@ import ray
 from ray.exceptions import ActorDiedError
 
 from actors.channel import ChannelServer
+from actors.event_log import EventLog, LogPage
 from actors.kv_event_feeds import KVEventFeeds
 from actors.metrics_hub import MetricsPusher, MetricsRecorder, get_or_create_hub
 from actors.options import as_options
@@ -105,6 +106,7 @@ class ProfileActor:
         # The same run_batch, also served on 127.0.0.1 for same-node gateways (see actors/channel.py).
         self._channel = ChannelServer(self._run_batch_by_channel) if self._options.direct_channel else None
         self._batches = self._channel_batches = 0
+        self._log = EventLog()  # what Serve request routers sent, for the others to follow (sync)
         self._channel_started = (
             asyncio.get_running_loop().create_task(self._channel.start()) if self._channel is not None else None
         )
@@ -199,6 +201,15 @@ class ProfileActor:
         self._start_pusher()
         return out
 
+    async def sync(self, origin: str, events: list[ProfileEvent], epoch: str | None, cursor: int) -> LogPage:
+        """A Serve request router's round trip (serve_app/llm_mirror.py): apply and log the events it
+        sent (the decisions and completions it made on its local mirror), and return the other
+        routers' events since its cursor, so its mirror follows the shared state."""
+        for event in events:
+            self._apply(event)
+            self._log.append(origin, event)
+        return self._log.page(origin, epoch, cursor)
+
     def _apply(self, event: ProfileEvent) -> None:
         if event.kind in self._events:
             self._events[event.kind] += 1
@@ -278,6 +289,7 @@ class ProfileActor:
             "hook_errors": self._hooks.errors,
             "watch_errors": self._watch_errors,
             "events": dict(self._events),
+            "event_log": {"epoch": self._log.epoch, "seq": self._log.seq, "kept": len(self._log)},
             "state_sizes": state_sizes(self.profile.plugins()),
             "kv_events": (
                 {pod: st["state"] for pod, st in self._kv_feeds.statuses().items()} if self._kv_feeds else {}

@@ -72,6 +72,7 @@ class ProfileEvent:
     request: LLMRequest
     result: SchedulingResult | None = None
     endpoint_name: str | None = None
+    at: float = 0.0  # when it happened (time.time()), set by Serve request routers: their followers' lag
 
 
 def as_served(endpoints: list[Endpoint]) -> list[Endpoint]:

@@ -47,7 +47,6 @@ from serve_app.llm_router import ROUTER_NAMESPACE, read_config, router_stats
 from simulator import DEFAULT_MODEL, SimRequest
 
 ROOT = Path(__file__).resolve().parents[1]
-APP = "serve-llm-routing"
 MODULE = "bench.serve_llm_routing"  # by name, also when run as __main__ (Serve imports the classes from here)
 ROUTERS = ("epp", "pow2", "prefix-affinity")
 STATS_PERIOD_S = 0.2
@@ -56,10 +55,11 @@ STATS_PERIOD_S = 0.2
 # --- Serve's routers, timed ------------------------------------------------------------------------
 
 
-def _samples() -> list[float]:
-    """choose_replicas durations of the timed routers in this process (kept in the imported module:
-    Serve ships router classes with cloudpickle, whose copies have globals of their own)."""
-    return vars(importlib.import_module(MODULE)).setdefault("_CHOOSE_S", [])
+def _samples() -> dict[str, tuple[str, list[float]]]:
+    """Deployment name -> (the timed router's class, its choose_replicas durations), in this process
+    (kept in the imported module: Serve ships router classes with cloudpickle, whose copies have
+    globals of their own)."""
+    return vars(importlib.import_module(MODULE)).setdefault("_CHOOSE_S", {})
 
 
 class _Timed:
@@ -69,7 +69,8 @@ class _Timed:
             return await super().choose_replicas(candidate_replicas, pending_request)  # type: ignore[misc]
         finally:
             if pending_request is not None:
-                _samples().append(time.perf_counter() - started)
+                name = self._deployment_id.name  # type: ignore[attr-defined]
+                _samples().setdefault(name, (type(self).__name__, []))[1].append(time.perf_counter() - started)
 
 
 class TimedPowerOfTwo(_Timed, PowerOfTwoChoicesRequestRouter):
@@ -162,6 +163,7 @@ class RunResult:
     spread: dict[str, int]
     choose_p50_ms: float | None
     choose_p90_ms: float | None
+    routed_by: str  # the router class that timed this run's choices (Serve caches routers by deployment)
     wall_s: float
     errors: list[str] = field(default_factory=list)
 
@@ -173,17 +175,24 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
+def run_name(router: str, workload_name: str, replicas: int) -> str:
+    """A deployment (and app) name of its own per run: a handle's process keeps one router per
+    deployment name, so a reused name would route every later run with the first run's router."""
+    return f"FakeLLM-{workload_name}-{router}-{replicas}"
+
+
 def deploy(router: str, workload_name: str, shape: Shape, replicas: int) -> Any:
+    name = run_name(router, workload_name, replicas)
     app = serve.deployment(
         FakeLLMServer,
-        name="FakeLLM",
+        name=name,
         num_replicas=replicas,
         max_ongoing_requests=1000,  # Ray Serve LLM's engines queue, not Serve (its default is 1e9)
         ray_actor_options={"num_cpus": 0},
         request_router_config=router_config(router, workload_name),
     ).bind(pod=pod_config(workload_name, shape))
-    serve.run(app, name=APP, route_prefix=f"/{APP}")
-    return serve.get_deployment_handle("FakeLLM", app_name=APP)
+    serve.run(app, name=name, route_prefix=f"/{name}")
+    return serve.get_deployment_handle(name, app_name=name)
 
 
 async def send(handle: Any, requests: list[SimRequest]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -205,18 +214,21 @@ async def send(handle: Any, requests: list[SimRequest]) -> tuple[list[dict[str, 
     return answers, errors
 
 
-def choose_times(router: str) -> list[float]:
-    """This process's choose_replicas samples for `router`, then cleared."""
-    if router == "epp":
-        from serve_app import llm_router
+def choose_times(deployment: str) -> tuple[str, list[float]]:
+    """The class of the router that chose for `deployment` in this process and its choose_replicas
+    samples, then cleared ("none" when no timed router chose)."""
+    from serve_app import llm_router
 
-        samples = [s for r in llm_router._routers() for s in r.counters.choose_s]
-        for r in llm_router._routers():
+    epp = [r for r in llm_router._routers() if r._deployment_id.name == deployment]
+    if epp and any(r.counters.choose_s for r in epp):
+        samples = [s for r in epp for s in r.counters.choose_s]
+        for r in epp:
             r.counters.choose_s.clear()
-        return samples
-    samples = list(_samples())
-    _samples().clear()
-    return samples
+        return type(epp[0]).__name__, samples
+    cls, samples = _samples().get(deployment, ("none", []))
+    out = list(samples)
+    samples.clear()
+    return cls, out
 
 
 async def run_one(
@@ -230,7 +242,8 @@ async def run_one(
             r.arrival_time = 0.0
         await send(handle, warm)
         await asyncio.sleep(2 * STATS_PERIOD_S)
-        choose_times(router)
+        deployment = run_name(router, workload_name, replicas)
+        choose_times(deployment)
         requests = workload(workload_name, shape, seed)
         started = time.monotonic()
         answers, errors = await send(handle, requests)
@@ -238,7 +251,7 @@ async def run_one(
         ttft = [a["ttft_client_s"] for a in answers]
         prompt = sum(a["prompt_tokens"] for a in answers)
         cached = sum(a["cached_tokens"] for a in answers)
-        samples = choose_times(router)
+        routed_by, samples = choose_times(deployment)
         return RunResult(
             workload=workload_name, router=router, replicas=replicas, requests=len(requests), failed=len(errors),
             ttft_p50_ms=1e3 * quantile(ttft, 0.5), ttft_p90_ms=1e3 * quantile(ttft, 0.9),
@@ -248,10 +261,10 @@ async def run_one(
             spread=dict(sorted(Counter(f"rank{a['rank']}" for a in answers).items())),
             choose_p50_ms=1e3 * quantile(samples, 0.5) if samples else None,
             choose_p90_ms=1e3 * quantile(samples, 0.9) if samples else None,
-            wall_s=wall, errors=errors[:3],
+            routed_by=routed_by, wall_s=wall, errors=errors[:3],
         )  # fmt: skip
     finally:
-        await asyncio.to_thread(serve.delete, APP)
+        await asyncio.to_thread(serve.delete, run_name(router, workload_name, replicas))
 
 
 def stop_epp_actors(workload_name: str) -> None:
@@ -267,15 +280,15 @@ def stop_epp_actors(workload_name: str) -> None:
 
 def table(results: list[RunResult]) -> str:
     lines = [
-        "| workload | router | TTFT p50 ms | TTFT p90 ms | engine TTFT p90 ms | e2e p90 ms | prefix hit rate "
-        "| choose p50 / p90 ms | failed | spread |",
+        "| workload | router (class that routed) | TTFT p50 ms | TTFT p90 ms | engine TTFT p90 ms | e2e p90 ms "
+        "| prefix hit rate | choose p50 / p90 ms | failed | spread |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         choose = f"{r.choose_p50_ms:.2f} / {r.choose_p90_ms:.2f}" if r.choose_p50_ms is not None else "-"
         lines.append(
-            f"| {r.workload} | {r.router} | {r.ttft_p50_ms:.1f} | {r.ttft_p90_ms:.1f} | {r.engine_ttft_p90_ms:.1f} "
-            f"| {r.e2e_p90_ms:.0f} | {r.hit_rate:.1%} | "
+            f"| {r.workload} | {r.router} ({r.routed_by}) | {r.ttft_p50_ms:.1f} | {r.ttft_p90_ms:.1f} "
+            f"| {r.engine_ttft_p90_ms:.1f} | {r.e2e_p90_ms:.0f} | {r.hit_rate:.1%} | "
             f"{choose} | {r.failed}/{r.requests} | {' '.join(f'{k}:{v}' for k, v in r.spread.items())} |"
         )
     return "\n".join(lines)

@@ -9,10 +9,13 @@ multiplexed model ids as resident LoRA adapters. `choose_replicas` returns the s
 best first, then the other replicas: Serve still sends to the first that accepts, so
 `max_ongoing_requests` back-pressure holds.
 
-Scheduling state is not per router: the profiles run in profile actors found by name (one set
-per config, `actors/launcher.start_router_profile_actors`), so every router of every ingress
-replica shares one prefix index, in-flight ledger and LoRA residency. Serve's `on_request_routed`
-and `on_request_completed` become GIE's PreRequest and ResponseComplete in those actors.
+Scheduling state is not per router: it lives in profile actors found by name (one set per
+config, `actors/launcher.start_router_profile_actors`), so every router of every ingress replica
+shares one prefix index, in-flight ledger and LoRA residency. The router decides on a local mirror
+of those profiles (serve_app/llm_mirror.py): no actor call per request. Serve's `on_request_routed`
+and `on_request_completed` become GIE's PreRequest and ResponseComplete, applied to the mirror at
+once and sent to the actors in batches every few milliseconds; the same round trip brings back the
+other routers' events from the actor's log, so the mirrors converge.
 
 Nothing here blocks the event loop: actor lookup runs in a thread, calls are awaited. When the
 scheduler can not decide (no endpoint, a profile error, actors not up), the request gets Serve's
@@ -32,6 +35,7 @@ import concurrent.futures
 import importlib
 import logging
 import time
+import uuid
 import weakref
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field, replace
@@ -52,10 +56,9 @@ from ray.serve.request_router import (
 
 from actors.launcher import start_router_profile_actors
 from actors.options import ActorOptions, PodSpec
-from actors.protocol import SCHEDULING_BODY_FIELDS, ProfileCall, for_scheduling
+from actors.protocol import SCHEDULING_BODY_FIELDS
 from actors.scraper import PodScraper
 from scheduler import (
-    CycleState,
     Endpoint,
     EndpointPickerConfig,
     LLMRequest,
@@ -66,10 +69,8 @@ from scheduler import (
     load_config,
     schedule_cycles,
 )
-from scheduler.cycle_state import profile_error_key
-from scheduler.trace import SchedulingTrace
+from serve_app.llm_mirror import RouterMirror
 from serve_app.llm_stats import METRICS_URL_KEY, metrics_from_stats
-from serve_app.ray_runner import RayProfileRunner
 
 log = logging.getLogger("ray_epp.serve.llm_router")
 
@@ -153,12 +154,23 @@ def router_stats() -> dict[str, Any]:
         for key, value in counts.items():
             total[key] = total.get(key, 0) + value
     total["fallbacks"] = dict(total["fallbacks"])
-    samples = sorted(s for router in _routers() for s in router.counters.choose_s)
-    total["choose_ms"] = {"n": len(samples)} | {
+    total["choose_ms"] = percentiles_ms([s for router in _routers() for s in router.counters.choose_s])
+    mirror: Counter = Counter()
+    for router in _routers():
+        mirror.update(router.mirror.counters.as_dict())
+    total["mirror"] = dict(mirror) | {
+        "lag_ms": percentiles_ms([s for router in _routers() for s in router.mirror.counters.lag_s])
+    }
+    return total
+
+
+def percentiles_ms(samples_s: list[float]) -> dict[str, Any]:
+    """n, p50, p90, p99 in milliseconds of durations in seconds (None when there are none)."""
+    samples = sorted(samples_s)
+    return {"n": len(samples)} | {
         f"p{q}": 1e3 * samples[min(len(samples) - 1, len(samples) * q // 100)] if samples else None
         for q in (50, 90, 99)
     }
-    return total
 
 
 def recent_decisions(limit: int = 100) -> list[RoutedRequest]:
@@ -169,27 +181,6 @@ def recent_decisions(limit: int = 100) -> list[RoutedRequest]:
 
 def _routers() -> list[EPPRequestRouter]:
     return [r for ref in list(_registry()) if (r := ref()) is not None]
-
-
-class _CallerEndpointsRunner(RayProfileRunner):
-    """The gateway's profile runner, with the endpoints in each call (no datastore snapshot)."""
-
-    async def __call__(
-        self,
-        names: list[str],
-        request: LLMRequest,
-        cycle_state: CycleState,
-        endpoints: list[Endpoint] | None,
-        trace: SchedulingTrace | None,
-    ) -> dict[str, ProfileRunResult | None]:
-        call = ProfileCall(for_scheduling(request), cycle_state, trace is not None, endpoints)
-        outcomes = await asyncio.gather(*(self._run_one(n, call) for n in names))
-        results: dict[str, ProfileRunResult | None] = {}
-        for name, outcome in zip(names, outcomes, strict=True):
-            if outcome.error is not None:
-                cycle_state.write(profile_error_key(name), outcome.error)
-            results[name] = outcome.result
-        return results
 
 
 async def _ignore_report(*_: Any) -> None:
@@ -216,7 +207,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         config: str | dict[str, Any] | None = None,
         namespace: str = ROUTER_NAMESPACE,
         actor_options: dict[str, Any] | None = None,
-        schedule_timeout_s: float = 2.0,
+        sync_interval_s: float = 0.005,
         startup_wait_s: float = 30.0,
         retry_startup_s: float = 5.0,
         scrape_metrics: bool = True,
@@ -225,21 +216,21 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     ) -> None:
         """Called by Serve with `request_router_kwargs`. `config`: a path or YAML text (None: Ray
         EPP's default); `actor_options`: `ActorOptions` fields for the profile actors (e.g.
-        `plugin_modules` for custom plugins). `scrape_metrics`: scrape the engine's Prometheus page
-        of replicas that have an HTTP endpoint (Serve's direct ingress, or `epp.metrics_url` in
+        `plugin_modules` for custom plugins). `sync_interval_s`: how often the local mirror sends
+        its events to the profile actors and takes the other routers'. `scrape_metrics`: scrape the
+        engine's Prometheus page of replicas that have an HTTP endpoint (Serve's direct ingress, or `epp.metrics_url` in
         their metadata) with the engine presets, as the gateway's metrics actors do; `scrape`:
         `ActorOptions` scrape fields (`refresh_interval_s`, `scrape_timeout_s`, `metrics_path`)."""
         self._cfg = read_config(config)
-        built = build_plugins(self._cfg)  # the handler runs here; the profiles in the actors
-        self._handler = built.handler
+        self._handler = build_plugins(self._cfg).handler
+        self.mirror = RouterMirror(self._cfg, f"router-{uuid.uuid4().hex[:12]}", sync_interval_s)
         self._profiles = {p.name: p.name for p in self._cfg.scheduling_profiles}
         self._first_profile = self._cfg.scheduling_profiles[0].name
         self._namespace = namespace
         self._actor_options = {"push_plugin_metrics": False, "profile_num_cpus": 0.0, **(actor_options or {})}
-        self._schedule_timeout_s = schedule_timeout_s
         self._startup_wait_s = startup_wait_s
         self._retry_startup_s = retry_startup_s
-        self._runner: _CallerEndpointsRunner | None = None
+        self._attached = False
         self._starting: asyncio.Future | None = None
         self._retry_at = 0.0
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="epp-router")
@@ -261,26 +252,32 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         ray.get([a.info.remote() for a in actors.values()], timeout=self._startup_wait_s)
         return actors
 
-    async def _ensure_runner(self) -> _CallerEndpointsRunner:
-        if self._runner is not None:
-            return self._runner
+    async def _attach(self) -> None:
+        """Find or start the actors, then take their state into the mirror (their logs)."""
+        loop = asyncio.get_running_loop()
+        actors = await loop.run_in_executor(self._executor, self._start_actors)
+        await self.mirror.attach(actors, self._startup_wait_s)
+        log.info("EPPRequestRouter: following profile actors %s", sorted(actors))
+
+    async def _ensure_mirror(self) -> RouterMirror:
+        """The mirror, once it holds the shared state (the first requests wait for that)."""
+        if self._attached:
+            return self.mirror
         loop = asyncio.get_running_loop()
         if self._starting is None:
             if loop.time() < self._retry_at:
                 raise NoDecision("actors_unavailable", "profile actors failed to start; retrying later")
-            self._starting = asyncio.wrap_future(self._executor.submit(self._start_actors), loop=loop)
+            self._starting = loop.create_task(self._attach())
         starting = self._starting
         try:
-            actors = await asyncio.shield(starting)
+            await asyncio.shield(starting)
         except Exception as err:
             if self._starting is starting:
                 self._starting = None
                 self._retry_at = loop.time() + self._retry_startup_s
             raise NoDecision("actors_unavailable", f"{type(err).__name__}: {err}") from None
-        if self._runner is None:
-            self._runner = _CallerEndpointsRunner(actors)
-            log.info("EPPRequestRouter: profile actors %s ready", sorted(actors))
-        return self._runner
+        self._attached = True
+        return self.mirror
 
     # --- scraping replicas that have an HTTP endpoint ------------------------------------------------
 
@@ -398,15 +395,12 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     ) -> list[list[RunningReplica]]:
         if self._scrape:
             self._sync_scrapers()
-        runner = await self._ensure_runner()
+        mirror = await self._ensure_mirror()
         by_name = {r.replica_id.unique_id: r for r in candidates}
         endpoints = [self.endpoint_of(r) for r in candidates]
         request = request_of(pending_request, self._deployment_id.name)
         try:
-            async with asyncio.timeout(self._schedule_timeout_s):
-                result = await schedule_cycles(self._handler, self._profiles, runner, request, endpoints)
-        except TimeoutError:
-            raise NoDecision("timeout", f"no decision within {self._schedule_timeout_s}s") from None
+            result = await schedule_cycles(self._handler, self._profiles, mirror, request, endpoints)
         except Exception as err:  # SchedulingError (no endpoint, profile failed) or a plugin bug
             code = getattr(getattr(err, "code", None), "value", type(err).__name__)
             raise NoDecision(f"scheduling_{code}", str(err)) from None
@@ -463,8 +457,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._routed[iid] = (request.without_body(), replica_name)
         while len(self._routed) > MAX_REMEMBERED:
             self._routed.popitem(last=False)
-        if self._runner is not None:
-            self._runner.pre_request(request, result)
+        self.mirror.pre_request(request, result)  # queued for the actors until the mirror attaches
 
     def _result_for(self, result: SchedulingResult | None, replica_name: str) -> SchedulingResult:
         """The decision as it was carried out: Serve sent the request to `replica_name` (back-pressure
@@ -489,8 +482,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             return
         del self._routed[iid]
         self.counters.completed += 1
-        if self._runner is not None:
-            self._runner.response_complete(routed[0], replica_name)
+        self.mirror.response_complete(routed[0], replica_name)
 
 
 # --- requests from Serve's pending requests ---------------------------------------------------------

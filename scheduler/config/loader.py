@@ -206,6 +206,16 @@ def _check_profiles(cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]],
                 pickers.append(ref.plugin_ref)
         if len(pickers) > 1:
             errors.append(f"{where}: a profile has one picker, found {len(pickers)}: {pickers}")
+    # A plugin llm-d runs without a profile reference (an Admitter) but that acts here only as a
+    # profile's filter must be referenced, or it would be silently inactive.
+    referenced = {ref.plugin_ref for profile in cfg.scheduling_profiles for ref in profile.plugins}
+    for spec in cfg.plugins:
+        cls = classes.get(spec.name)
+        if cls is not None and getattr(cls, "needs_profile_reference", False) and spec.name not in referenced:
+            errors.append(
+                f"plugins: {spec.name!r} (type {cls.type_name}) acts only as a filter in a profile here "
+                "(llm-d runs it as an Admitter); add it to a profile's plugins"
+            )
     handlers = [n for n, c in classes.items() if issubclass(c, ProfileHandler)]
     if len(handlers) > 1:
         errors.append(f"plugins: exactly one profile handler is allowed, found {handlers}")

@@ -223,3 +223,14 @@ schedulingProfiles:
   - pluginRef: latency-scorer
   - pluginRef: weighted-random-picker
 """
+
+
+def test_the_admitter_listed_outside_every_profile_is_a_load_error_not_silence():
+    from scheduler.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"'latency-slo-admitter' .* add it to a profile's plugins"):
+        load_config(
+            LLMD_SHAPE.replace(
+                "- type: slo-headroom-tier-filter\n", "- type: slo-headroom-tier-filter\n- type: latency-slo-admitter\n"
+            )
+        )

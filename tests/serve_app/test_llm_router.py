@@ -202,6 +202,61 @@ def test_long_prefix_sticks_to_one_replica_across_two_ingress_replicas(llm_app):
     stats = [ingress.stats.remote().result(timeout_s=30) for _ in range(6)]
     assert {s["ingress"] for s in stats} == set(callers)
     assert all(s["scheduled"] > 0 for s in stats)
+    # each decided on its own mirror and learned the other's decisions through the profile actor
+    assert all(s["mirror"]["followed"] > 0 and s["mirror"]["sent"] > 0 for s in stats), stats
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class LateIngress:
+    """A router that starts after the others have routed: a new handle in a new replica."""
+
+    def __init__(self) -> None:
+        self.llm = serve.get_deployment_handle("FakeLLM", app_name=APP)
+
+    async def chat(self, body: dict) -> dict:
+        out = await self.llm.chat.remote(body)
+        return {**out, "stats": router_stats()}
+
+
+def test_a_router_that_starts_late_catches_up(llm_app):
+    ingress, _, _ = llm_app
+    shared = unique_prompt(4000)
+    home = {ingress.chat.remote(chat(shared + f" question {i}")).result(timeout_s=30)["replica"] for i in range(4)}
+    assert len(home) == 1, home
+    app = "llm-router-late"
+    serve.run(LateIngress.bind(), name=app, route_prefix=f"/{app}")
+    try:
+        out = serve.get_app_handle(app).chat.remote(chat(shared + " late question")).result(timeout_s=60)
+    finally:
+        serve.delete(app)
+    stats = out["stats"]
+    assert stats["scheduled"] == 1 and stats["fallback_total"] == 0, stats  # its own mirror decided
+    assert stats["mirror"]["resets"] >= 1 and stats["mirror"]["followed"] >= 4, stats["mirror"]  # the log
+    assert out["replica"] in home and out["hit_blocks"] > 0, (out, home)  # where the prefix is
+
+
+def test_a_profile_actor_restart_under_the_routers_loses_no_request(llm_app):
+    """The actor's state starts empty again: routers keep deciding on their mirrors meanwhile, then
+    rebuild them from the new actor's log and send it their events again."""
+    from actors.launcher import router_profile_actor_name
+    from actors.profile_actor import config_digest
+    from scheduler import dump_config
+
+    _, llm, _ = llm_app
+    name = router_profile_actor_name(config_digest(dump_config(read_config(CONFIG))), "default")
+    actor = ray.get_actor(name, namespace=ROUTER_NAMESPACE)
+    epoch = ray.get(actor.info.remote(), timeout=30)["event_log"]["epoch"]
+    resets = router_stats()["mirror"]["resets"]
+    pending = [llm.chat.remote(chat(unique_prompt())) for _ in range(4)]
+    ray.kill(actor, no_restart=False)
+    pending += [llm.chat.remote(chat(unique_prompt())) for _ in range(8)]
+    out = [p.result(timeout_s=30) for p in pending]
+    assert len(out) == 12 and all(o["choices"] for o in out)
+    wait_for(lambda: router_stats()["mirror"]["resets"] > resets, 30, "the router to resync")
+    assert profile_info(CONFIG)["event_log"]["epoch"] != epoch
+    for _ in range(3):
+        llm.chat.remote(chat(unique_prompt())).result(timeout_s=30)
+    wait_for(lambda: profile_info(CONFIG)["events"]["response_complete"] >= 3, 10, "the new actor to learn")
 
 
 def test_completions_reach_the_profile_actors(llm_app):

@@ -32,6 +32,7 @@ class LatencySLOAdmitterParameters(PredictorParameters):
 class LatencySLOAdmitter(PredictorConsumer, Filter):
     type_name = "latency-slo-admitter"
     Parameters = LatencySLOAdmitterParameters
+    needs_profile_reference = True  # the loader refuses it listed only under plugins
 
     def setup(self, handle: PluginHandle) -> None:
         self.find_predictor(handle, self.params.predictor_name)
