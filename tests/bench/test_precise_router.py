@@ -26,6 +26,7 @@ def test_precise_router_indexes_the_pods_events_and_follows_them():
     assert set(producer.info()["pods"]) <= {"sim-0", "sim-1", "sim-2"}
     assert producer.info()["events"]["stored"] > 0
     assert all(st["status"] == "live" for st in producer.info()["pods"].values())
+    assert producer.info()["scored"]["precise"] > 0  # pods never sent a request publish nothing: approximate
     assert report.prefix_hit_rate > 0.5  # the shared prompt was found where the events said
     assert router.predictions["total"] == report.completed
     assert router.predictions["right"] >= 0.8 * router.predictions["total"]

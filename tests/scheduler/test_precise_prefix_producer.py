@@ -76,6 +76,8 @@ def test_a_request_goes_to_the_pod_that_really_holds_its_blocks(sched):
     producer.apply_kv_events("decode-c", [KVEventBatch(1.0, [AllBlocksCleared()])])
     assert target(sched, tokenized("r2"), eps) == "decode-a"
     assert producer.info()["pods"]["decode-c"] == {"status": LIVE, "blocks": 0}
+    scored = producer.info()["scored"]  # per endpoint per read (the prefix and no-hit-LRU scorers read it)
+    assert scored["approximate"] == 0 and scored["precise"] > 0 and scored["precise"] % 3 == 0
 
 
 def test_a_decision_alone_does_not_make_a_live_pod_hold_blocks(sched):
@@ -98,6 +100,8 @@ def test_a_gapped_pod_is_scored_as_the_approximate_index_would(sched):
         producer.set_kv_event_status(ep.name, GAPPED if ep.name == first else LIVE)
     # The live pods' events show nothing cached; the gapped one keeps its approximate match.
     assert target(sched, tokenized("r2"), eps) == first
+    # Two reads a request (prefix and no-hit-LRU scorers): r1 3 approximate; r2 2 precise + 1 approximate.
+    assert producer.info()["scored"] == {"precise": 2 * 2, "approximate": 2 * (3 + 1)}
     producer.set_kv_event_status(first, LIVE)  # now its (empty) events count: it loses the match
     infos = producer.produce(CycleState(), tokenized("r3"), eps)
     assert infos[first].match_blocks == 0

@@ -163,6 +163,8 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         self.precise = PreciseIndex(p.token_processor_config.tokens_per_block)
         self.max_precise_blocks = fallback.max_prefix_tokens_to_match // self.precise.block_size
         self.port = p.kv_events_config.port
+        # Per endpoint scored: by the precise index, or by the approximate one (the fallback rule).
+        self.scored = {"precise": 0, "approximate": 0}
         self.token_source: TokenSource | None = None
         if TOKEN_PRODUCER in handle.plugin_names():  # llm-d's producers find it by its type name
             self.token_source = handle.plugin_of_type(TOKEN_PRODUCER, TokenProducer, "the token producer")
@@ -190,6 +192,8 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         infos = super().produce(cycle_state, request, endpoints)
         index = self.precise
         live = [ep for ep in endpoints if index.status(ep.name) == LIVE]
+        scored = self.scored
+        scored["approximate"] += len(endpoints)
         for ep in live:  # a pod's entry is sized by its KV cache when it reports one
             if ep.metrics.cache_num_blocks > 0 and not index.pod_blocks(ep.name):
                 index.set_capacity(ep.name, ep.metrics.cache_num_blocks)
@@ -203,15 +207,19 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         total, size = len(keys), index.block_size
         for ep in live:
             infos[ep.name] = PrefixCacheMatchInfo(counts.get(ep.name, 0), total, size)
+        scored["precise"] += len(live)
+        scored["approximate"] -= len(live)
         cycle_state.set_endpoint_attributes(PREFIX_MATCH_KEY, infos)
         return infos
 
     def info(self) -> dict[str, Any]:
-        """The precise index's pods, their event status and block counts, and the event counters."""
+        """The precise index's pods, their event status and block counts, the event counters, and
+        how many endpoint scorings used the precise index or fell back to the approximate one."""
         index = self.precise
         pods = {pod: {"status": st, "blocks": index.pod_blocks(pod)} for pod, st in index.statuses().items()}
         counts = index.counts
         return {
             "pods": pods,
             "events": {f: getattr(counts, f) for f in counts.__slots__},  # type: ignore[attr-defined]
+            "scored": dict(self.scored),
         }

@@ -2,8 +2,8 @@
 prefix index, llm-d-kv-cache's kvblock index).
 
 Keys are recomputed here from token ids, on both sides: a request's prompt tokens are cut into
-blocks of `block_size` tokens and chained (`chain_hashes`, xxh64 over each block's ids as 4-byte
-integers and the previous key), and a `BlockStored` event's own `token_ids` are chained the same
+blocks of `block_size` tokens and chained (`chain_keys`: xxh64 of each block's ids as 4-byte
+integers, seeded with the previous key), and a `BlockStored` event's own `token_ids` are chained the same
 way from its parent's key. So the engine's hash algorithm and seed need not match the router's (as
 in llm-d with no session manager); only the block size must (an event of another block size is
 counted in `skipped` and not indexed). The engine's block hashes serve as opaque names, mapped per
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import xxhash
 
-from scheduler.plugins.support.prefix.hashing import chain_hashes
 from scheduler.plugins.support.prefix.index import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
 
 ROOT_KEY = xxhash.xxh64_intdigest(b"ray-epp/precise-prefix")  # the chain's start for a block without a parent
@@ -37,6 +36,20 @@ GPU_MEDIA = frozenset({None, "", "GPU", "gpu"})
 
 LIVE, GAPPED, SILENT, UNKNOWN = "live", "gapped", "silent", "unknown"
 TOKEN_BYTES = 4  # each token id as one unsigned 32-bit integer
+
+
+_xxh64 = xxhash.xxh64_intdigest
+
+
+def chain_keys(data: bytes, prev: int, block_bytes: int) -> list[int]:
+    """Each full `block_bytes` slice hashed with xxh64 seeded by the previous key, so a key names
+    its whole prefix (the seed saves the approximate chain's concatenation: ~2x faster per block)."""
+    keys: list[int] = []
+    append = keys.append
+    for start in range(0, len(data) - block_bytes + 1, block_bytes):
+        prev = _xxh64(data[start : start + block_bytes], prev)
+        append(prev)
+    return keys
 
 
 def token_bytes(tokens: Sequence[int]) -> bytes:
@@ -86,7 +99,7 @@ class PreciseIndex:
             full = min(full, max_blocks)
         if not full:
             return []
-        return chain_hashes(token_bytes(tokens[: full * self.block_size]), ROOT_KEY, self.block_size * TOKEN_BYTES)
+        return chain_keys(token_bytes(tokens[: full * self.block_size]), ROOT_KEY, self.block_size * TOKEN_BYTES)
 
     def match(self, keys: Iterable[int]) -> dict[str, int]:
         """Per pod, how many leading blocks of the prompt it holds without a gap (pods with none
@@ -171,7 +184,7 @@ class PreciseIndex:
                 self.counts.skipped += 1
                 return
         data = token_bytes(tokens[: len(hashes) * self.block_size])
-        keys = chain_hashes(data, prev, self.block_size * TOKEN_BYTES)
+        keys = chain_keys(data, prev, self.block_size * TOKEN_BYTES)
         capacity = self._capacity.get(pod, self.default_capacity)
         for engine_hash, key in zip(hashes, keys, strict=True):
             names[engine_hash] = key
