@@ -194,11 +194,14 @@ class RouterMirror:
         return not page.more
 
     async def close(self) -> None:
+        """Stop following, after a last sync (the queued events reach the actors)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
+        with contextlib.suppress(Exception):
+            await self.sync_once()
 
 
 def _apply(hooks: RequestHooks, event: ProfileEvent, request: LLMRequest | None = None) -> None:

@@ -297,6 +297,14 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         super().update_replicas(replicas)
         if getattr(self, "_scrapers", None):  # stop those of replicas that went away (all: app deleted)
             self._on_loop(self._sync_scrapers)
+        if not replicas and getattr(self, "_attached", False):  # deleted (or scaled to zero): stop following
+            self._on_loop(self._detach)
+
+    def _detach(self) -> None:
+        """Stop the mirror's syncs; the next request attaches again from the cursor held."""
+        self._attached = False
+        self._starting = None
+        self._event_loop.create_task(self.mirror.close())
 
     def _sync_scrapers(self) -> None:
         """One scraper per current replica that has a metrics URL and publishes no engine state (on
