@@ -120,6 +120,10 @@ class ActorLink:
         self._client: ChannelClient | None = None
         self._next_try = 0.0
         self._connecting: asyncio.Task | None = None
+        # Batches sent as Ray calls and not answered yet. A newly connected channel is used only once
+        # none is left: otherwise a batch could overtake an earlier one on the other transport, and
+        # a decision be made before the events sent ahead of it were applied.
+        self._ray_in_flight = 0
 
     async def run_batch(self, items: list) -> list:
         loop = asyncio.get_running_loop()
@@ -132,7 +136,7 @@ class ActorLink:
     async def _run_batch(self, items: list, deadline: float) -> list:
         loop = asyncio.get_running_loop()
         client = self._client
-        if client is not None and not client.closed:
+        if client is not None and not client.closed and self._ray_in_flight == 0:
             try:
                 async with asyncio.timeout_at(deadline):
                     return await client.request(items)
@@ -151,14 +155,18 @@ class ActorLink:
         # A batch is safe to send again: profile runs are pure, and applying its events twice is
         # harmless (a request's decision replaces its earlier one in the ledgers, a completion
         # releases it once, the prefix index learns the same blocks again).
-        while True:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    return await self.handle.run_batch.remote(items)
-            except (ActorUnavailableError, RayActorError):  # restarting: Ray brings it back; wait, bounded
-                if loop.time() + 0.1 > deadline:
-                    raise
-                await asyncio.sleep(0.1)
+        self._ray_in_flight += 1
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        return await self.handle.run_batch.remote(items)
+                except (ActorUnavailableError, RayActorError):  # restarting: Ray brings it back; wait, bounded
+                    if loop.time() + 0.1 > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
+        finally:
+            self._ray_in_flight -= 1
 
     def _maybe_connect(self) -> None:
         loop = asyncio.get_running_loop()

@@ -110,3 +110,51 @@ async def test_an_unsendable_batch_keeps_the_profile_actor_channel():
     finally:
         await client.close()
         await server.close()
+
+
+async def test_a_batch_does_not_overtake_an_earlier_one_when_the_channel_comes_up():
+    """While a batch is on its way as a Ray call, a channel that has just connected is not used:
+    the next batch (a decision, say) could otherwise reach the actor before the events sent ahead
+    of it. Once no Ray call is left, the channel serves."""
+    from actors.channel import ChannelClient, ChannelServer
+    from serve_app.ray_runner import ActorLink
+
+    order: list[tuple[str, list]] = []
+
+    class Method:  # a Ray actor method's `.remote(...)`: an awaitable
+        def __init__(self, fn) -> None:
+            self.remote = fn
+
+    class SlowActorHandle:
+        def __init__(self) -> None:
+            self.run_batch = Method(self._run_batch)
+            self.channel_endpoint = Method(self._no_channel)
+
+        async def _run_batch(self, items: list) -> list:
+            order.append(("ray", list(items)))
+            await asyncio.sleep(0.05)
+            return [x * 10 for x in items]
+
+        async def _no_channel(self):
+            return None
+
+    async def by_channel(items):
+        order.append(("channel", list(items)))
+        return [x * 10 for x in items]
+
+    server = ChannelServer(by_channel)
+    await server.start()
+    client = ChannelClient(server.port, server.token)
+    await client.connect()
+    link = ActorLink(SlowActorHandle())
+    try:
+        first = asyncio.create_task(link.run_batch([1]))
+        await asyncio.sleep(0.01)  # the first batch is on its way as a Ray call
+        link._client = client  # and now the channel is up
+        assert await link.run_batch([2]) == [20]
+        assert await first == [10]
+        assert await link.run_batch([3]) == [30]
+        assert order == [("ray", [1]), ("ray", [2]), ("channel", [3])]
+    finally:
+        await client.close()
+        await server.close()
