@@ -187,6 +187,19 @@ async def _ignore_report(*_: Any) -> None:
     """The router reads its scrapers' last metrics itself; nothing to report anywhere."""
 
 
+@dataclass(slots=True, frozen=True)
+class ConvertedReplica:
+    """A replica info read once (`EPPRequestRouter.endpoint_of`): `source` is the info's objects it
+    was read from; `endpoint` the endpoint to reuse while they stay (None: metrics read per request;
+    plugins do not change the endpoints they are given)."""
+
+    source: tuple[Any, ...]
+    labels: dict[str, str]
+    address: str
+    port: int
+    endpoint: Endpoint | None
+
+
 class NoDecision(Exception):
     """The scheduler gave no usable target; `reason` is the fallback counter's key."""
 
@@ -240,6 +253,8 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._scrape = scrape_metrics
         self._scrape_options = ActorOptions(**{"refresh_interval_s": 0.1, **(scrape or {})})
         self._scrapers: dict[str, PodScraper | None] = {}  # replica name -> its page's scraper (None: bad URL)
+        self._endpoints: dict[ReplicaID, ConvertedReplica] = {}  # see endpoint_of
+        self._infos_changed = True  # a replica came, went or changed its info: check the scrapers
         self.counters = RouterCounters()
         registry = _registry()
         registry[:] = [r for r in registry if r() is not None] + [weakref.ref(self)]
@@ -295,6 +310,10 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         super().update_replicas(replicas)
+        if hasattr(self, "_endpoints"):  # forget replicas that went away
+            current = {r.replica_id for r in replicas}
+            self._endpoints = {rid: c for rid, c in self._endpoints.items() if rid in current}
+            self._infos_changed = True
         if getattr(self, "_scrapers", None):  # stop those of replicas that went away (all: app deleted)
             self._on_loop(self._sync_scrapers)
         if not replicas and getattr(self, "_attached", False):  # deleted (or scaled to zero): stop following
@@ -309,9 +328,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     def _sync_scrapers(self) -> None:
         """One scraper per current replica that has a metrics URL and publishes no engine state (on
         the router's loop)."""
-        current = {
-            rid.unique_id: r for rid, r in self.curr_replicas.items() if metrics_from_stats(r.routing_stats) is None
-        }
+        current = {rid.unique_id: r for rid, r in self.curr_replicas.items() if self._conversion(r).endpoint is None}
         for name in [n for n in self._scrapers if n not in current]:
             scraper = self._scrapers.pop(name)
             if scraper is not None:
@@ -344,28 +361,55 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     # --- endpoints from replicas -----------------------------------------------------------------
 
     def endpoint_of(self, replica: RunningReplica) -> Endpoint:
+        """The replica as the scheduler's endpoint. Serve replaces a replica's info (metadata,
+        routing stats, multiplexed ids) when it changes, so what is read from that info is kept
+        per replica until they change: a replica that publishes its engine state is converted once
+        per stats update, not once per request. Scraped metrics and
+        Serve's queue-length cache change between requests and are read every time."""
         rid = replica.replica_id
-        labels = {str(k): str(v) for k, v in replica.replica_metadata.items() if isinstance(v, str | int | float)}
-        labels[REPLICA_LABEL] = rid.unique_id
-        if replica.node_id:
-            labels[NODE_LABEL] = replica.node_id
-        if replica.availability_zone:
-            labels[ZONE_LABEL] = replica.availability_zone
-        published = metrics_from_stats(replica.routing_stats)
+        cached = self._conversion(replica)
+        if cached.endpoint is not None:
+            return cached.endpoint
         scraped = self.scraped(rid.unique_id) if self._scrapers else None
-        if published is not None:
-            metrics, declared = published
-            labels.update(declared)
-        elif scraped is not None:  # its engine's own /metrics page
+        if scraped is not None:  # its engine's own /metrics page
             metrics = scraped
         else:  # nothing published: Serve's own count of the replica's ongoing requests
             queue_len = self.replica_queue_len_cache.get(rid) or 0
             metrics = Metrics(waiting_queue_size=queue_len, running_requests_size=queue_len)
         for model_id in replica.multiplexed_model_ids:  # loaded: resident adapters
             metrics.active_models.setdefault(model_id, 0)
-        host_port = replica.backend_http_endpoint
+        return Endpoint(rid.unique_id, cached.address, cached.port, dict(cached.labels), metrics)
+
+    def _conversion(self, replica: RunningReplica) -> ConvertedReplica:
+        """The replica's info as read last, read again when it changed (`_converted` set then)."""
+        source = (replica.replica_metadata, replica.routing_stats, frozenset(replica.multiplexed_model_ids),
+                  replica.node_id, replica.availability_zone, replica.backend_http_endpoint)  # fmt: skip
+        cached = self._endpoints.get(replica.replica_id)
+        if cached is None or cached.source != source:  # the same objects compare equal at once
+            cached = self._endpoints[replica.replica_id] = self._converted(replica, source)
+            self._infos_changed = True
+        return cached
+
+    def _converted(self, replica: RunningReplica, source: tuple[Any, ...]) -> ConvertedReplica:
+        """What one replica info says: labels, address, and (when it publishes its engine state)
+        the whole endpoint."""
+        metadata, stats, model_ids, node_id, zone, host_port = source
+        labels = {str(k): str(v) for k, v in metadata.items() if isinstance(v, str | int | float)}
+        labels[REPLICA_LABEL] = replica.replica_id.unique_id
+        if node_id:
+            labels[NODE_LABEL] = node_id
+        if zone:
+            labels[ZONE_LABEL] = zone
         address, port = host_port if host_port is not None else (UNKNOWN_ADDRESS, UNKNOWN_PORT)
-        return Endpoint(rid.unique_id, address, port, labels, metrics)
+        published = metrics_from_stats(stats)
+        if published is None:
+            return ConvertedReplica(source, labels, address, port, None)
+        metrics, declared = published
+        labels.update(declared)
+        for model_id in model_ids:  # loaded: resident adapters
+            metrics.active_models.setdefault(model_id, 0)
+        endpoint = Endpoint(replica.replica_id.unique_id, address, port, labels, metrics)
+        return ConvertedReplica(source, labels, address, port, endpoint)
 
     # --- choosing --------------------------------------------------------------------------------
 
@@ -401,11 +445,12 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     async def _schedule(
         self, candidates: list[RunningReplica], pending_request: PendingRequest
     ) -> list[list[RunningReplica]]:
-        if self._scrape:
+        if self._scrape and self._infos_changed:  # scrapers follow the replica infos, not requests
             self._sync_scrapers()
+            self._infos_changed = False
         mirror = await self._ensure_mirror()
-        by_name = {r.replica_id.unique_id: r for r in candidates}
         endpoints = [self.endpoint_of(r) for r in candidates]
+        by_name = {r.replica_id.unique_id: r for r in candidates}
         request = request_of(pending_request, self._deployment_id.name)
         try:
             result = await schedule_cycles(self._handler, self._profiles, mirror, request, endpoints)
