@@ -140,9 +140,18 @@ class RouterMirror:
         """Take the actors' state (their logs, from the start kept), then follow them in a task."""
         for name, follower in self.followers.items():
             follower.actor = actors[name]
-        async with asyncio.timeout(timeout_s):
-            while not await self.sync_once(raise_errors=True):
-                pass
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                if await self.sync_once(raise_errors=True):
+                    break
+            except Exception:
+                # An actor still starting, or slow on a loaded machine, misses one round's timeout:
+                # try again until the caller's bound, then let the error out.
+                if loop.time() + 0.1 >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._follow())
 
