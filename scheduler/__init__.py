@@ -17,12 +17,14 @@ from scheduler.interfaces import (
     PluginHandle,
     PreRequest,
     ProfileHandler,
+    Responder,
     ResponseComplete,
     ResponseFirstToken,
     ResponseHeader,
     SaturationDetector,
     Scorer,
     ScorerCategory,
+    Screener,
 )
 from scheduler.loop import schedule_cycles
 from scheduler.profile import SchedulerProfile, WeightedScorer
@@ -36,6 +38,7 @@ from scheduler.types import (
     ProfileRunResult,
     SchedulingResult,
     ScoredEndpoint,
+    ServedModel,
 )
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "ProfileHandler",
     "ProfileRunResult",
     "ProfileTrace",
+    "Responder",
     "ResponseComplete",
     "ResponseFirstToken",
     "ResponseHeader",
@@ -68,6 +72,8 @@ __all__ = [
     "ScoredEndpoint",
     "Scorer",
     "ScorerCategory",
+    "Screener",
+    "ServedModel",
     "WeightedScorer",
     "build_plugins",
     "dump_config",

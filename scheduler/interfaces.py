@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -178,6 +179,34 @@ class ResponseHeader(Plugin):
     def response_headers(self, request: LLMRequest, result: SchedulingResult) -> Mapping[str, str]: ...
 
 
+class Screener(Plugin):
+    """Narrows the pool to the endpoints a request may go to before any profile runs (llm-d's
+    request-control Screener), e.g. to those that serve its model. It is configured outside the
+    profiles and applies to every one of them; like a filter it returns no error, but it must not
+    return an empty list for a non-empty pool (it keeps everyone when it can not tell)."""
+
+    @abstractmethod
+    def screen(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]: ...
+
+
+@dataclass(slots=True)
+class LocalResponse:
+    """An answer the gateway gives itself, without forwarding the request (a Responder's): a
+    JSON `body`, or an OpenAI-shaped error when `status` is not 2xx (`body` then holds the message)."""
+
+    status: int
+    body: Any
+
+
+class Responder(Plugin):
+    """Answers some requests at the gateway instead of sending them to a model server (llm-d's
+    request-control Responder), e.g. `GET /v1/models` for the whole pool. `endpoints` are the
+    pool as the answering replica sees it. None declines: the request goes on as usual."""
+
+    @abstractmethod
+    def respond(self, method: str, path: str, endpoints: list[Endpoint]) -> LocalResponse | None: ...
+
+
 class SaturationDetector(Plugin):
     """Says whether the pool is saturated (GIE's SaturationDetector): the gateway then sheds
     sheddable requests (priority < 0) with 429 before scheduling them, or, with flow control on,
@@ -277,7 +306,8 @@ class PluginTimer(Protocol):
 
 ROLES: tuple[type[Plugin], ...] = (
     Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
-    ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink, UsageLimitPolicy,
+    ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink, UsageLimitPolicy, Screener,
+    Responder,
 )  # fmt: skip
 
 

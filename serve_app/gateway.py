@@ -21,6 +21,7 @@ from scheduler import (
     CycleState,
     ErrorCode,
     LLMRequest,
+    Responder,
     ResponseHeader,
     SchedulingError,
     SchedulingResult,
@@ -108,6 +109,8 @@ class GatewayCore:
         # ResponseHeader plugins write from the request and the decision alone: this replica's
         # own instances answer, so a response never waits for a profile actor.
         self.header_hooks = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseHeader))
+        # Responders answer some routes here (models-responder: GET /v1/models), in config order.
+        self.responders = [p for p in built.plugins.values() if isinstance(p, Responder)]
         self.runner = RayProfileRunner(
             profile_actors, s.shard_key_tokens, s.shard_session_header, call_timeout_s=s.profile_call_timeout_s
         )
@@ -409,7 +412,7 @@ class Gateway:
 
     @app.get("/v1/models")
     async def models(self) -> Response:
-        return side_routes.models(self.core)
+        return await side_routes.models(self.core)
 
     @app.get("/health")
     async def health(self) -> Response:

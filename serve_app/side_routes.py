@@ -11,8 +11,10 @@ from starlette.responses import JSONResponse, Response
 
 from actors.metrics_hub import render
 from scheduler import SchedulingError
+from scheduler.interfaces import LocalResponse
 from scheduler.trace import SchedulingTrace
 from serve_app.errors import GatewayError, bad_request
+from serve_app.intake import SHED_RETRY_AFTER_S as RETRY_AFTER_S
 from serve_app.parsing import ParsedRequest, parse_request
 
 if TYPE_CHECKING:
@@ -71,10 +73,26 @@ async def pick(core: GatewayCore, http: Request) -> Response:
     return JSONResponse(body, headers=headers)
 
 
-def models(core: GatewayCore) -> Response:
+async def models(core: GatewayCore) -> Response:
+    """A configured Responder's answer (`models-responder`: every pod's own list, as served), or
+    without one the ids the datastore knows, owned by the gateway."""
+    if core.responders:
+        await core.ensure_ready()
+        for responder in core.responders:
+            answer = responder.respond("GET", "/v1/models", core.view.endpoints)
+            if answer is not None:
+                return local_response(answer)
     core.ensure_started()
     data = [{"id": m, "object": "model", "owned_by": "ray-epp"} for m in sorted(core.view.models)]
     return JSONResponse({"object": "list", "data": data})
+
+
+def local_response(answer: LocalResponse) -> Response:
+    """A Responder's answer over HTTP: its JSON body, or an OpenAI-shaped error."""
+    if 200 <= answer.status < 300:
+        return JSONResponse(answer.body, status_code=answer.status)
+    headers = {"Retry-After": RETRY_AFTER_S} if answer.status == 503 else None
+    return GatewayError(answer.status, str(answer.body), headers=headers).response()
 
 
 async def ready(core: GatewayCore) -> Response:
