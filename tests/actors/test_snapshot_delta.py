@@ -127,3 +127,16 @@ def test_a_pods_new_model_list_is_a_new_version_and_reaches_readers():
     same = core.version
     core.report_models("a", [{"id": "lora", "parent": "base"}, {"id": "base", "created": 2}])  # same list
     assert core.version == same and core.models() == ["base", "lora"]
+
+
+def test_pods_that_list_the_same_models_share_one_list():
+    core = DatastoreCore(ActorOptions())
+    for name in ("a", "b", "c"):
+        spec = PodSpec(name=name, address="10.0.0.1", port=8000 + ord(name))
+        core.pods[name] = PodRecord(spec, metrics=Metrics(), state=PodState.READY)
+    core.report_models("a", [{"id": "base", "created": 1}])
+    core.report_models("b", [{"id": "base", "created": 2}])  # the same list: vLLM stamps each answer
+    core.report_models("c", [{"id": "base"}, {"id": "lora", "parent": "base"}])
+    a, b, c = (core.pods[n].models for n in "abc")
+    assert a is b and a != c  # one object: a snapshot pickles it once
+
