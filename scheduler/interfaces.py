@@ -169,6 +169,16 @@ class ResponseComplete(Plugin):
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None: ...
 
 
+class ResponseUsage(Plugin):
+    """Learns what a served request cost, from the OpenAI `usage` of its response (llm-d's
+    ResponseBody at end of stream, read for its usage): called by the gateway replica that answered,
+    on its own instance (a flow-control policy lives there), once the response has been sent, when
+    the response carried usage (a streamed one does only with `stream_options.include_usage`)."""
+
+    @abstractmethod
+    def response_usage(self, request: LLMRequest, prompt_tokens: int, completion_tokens: int) -> None: ...
+
+
 class ResponseHeader(Plugin):
     """Adds headers to the response the client gets (llm-d's ResponseHeaderProcessor), e.g. the
     session token a client echoes to come back to its endpoint. It runs in the gateway replica
@@ -307,7 +317,7 @@ class PluginTimer(Protocol):
 ROLES: tuple[type[Plugin], ...] = (
     Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
     ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink, UsageLimitPolicy, Screener,
-    Responder,
+    Responder, ResponseUsage,
 )  # fmt: skip
 
 

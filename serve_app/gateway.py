@@ -23,6 +23,7 @@ from scheduler import (
     LLMRequest,
     Responder,
     ResponseHeader,
+    ResponseUsage,
     SchedulingError,
     SchedulingResult,
     build_plugins,
@@ -46,6 +47,7 @@ from serve_app.parsing import ParsedRequest, parse_request
 from serve_app.ray_runner import RayProfileRunner
 from serve_app.settings import GatewaySettings
 from serve_app.side_routes import DESTINATION_HEADER
+from serve_app.usage import STREAM_TAIL_BYTES, usage_of_body, usage_of_stream
 
 log = logging.getLogger("ray_epp.gateway")
 
@@ -111,6 +113,9 @@ class GatewayCore:
         self.header_hooks = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseHeader))
         # Responders answer some routes here (models-responder: GET /v1/models), in config order.
         self.responders = [p for p in built.plugins.values() if isinstance(p, Responder)]
+        # ResponseUsage plugins (program-aware-fairness) learn each response's tokens here, where
+        # the queue they rank runs; false when no plugin wants them (responses are not parsed).
+        self.usage_hooks = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseUsage))
         self.runner = RayProfileRunner(
             profile_actors, s.shard_key_tokens, s.shard_session_header, call_timeout_s=s.profile_call_timeout_s
         )
@@ -334,6 +339,8 @@ class GatewayCore:
         if not is_sse:
             try:
                 body = await upstream.read()
+                if self.usage_hooks and upstream.status == 200:
+                    self._tell_usage(req, usage_of_body(body))
             finally:
                 upstream.release()
                 self._finish(req, target.name, labels, started)
@@ -341,6 +348,7 @@ class GatewayCore:
 
         async def stream():
             first = True
+            tail = b""  # the stream's end, where its usage is (kept only when a plugin wants it)
             async for chunk in relay(upstream, is_sse=True, idle_timeout_s=self.settings.stream_idle_timeout_s):
                 if first:
                     first = False
@@ -348,7 +356,11 @@ class GatewayCore:
                     self.recorder.observe(
                         "inference_objective_request_ttft_seconds", time.perf_counter() - started, labels
                     )
+                if self.usage_hooks:
+                    tail = (tail + chunk)[-STREAM_TAIL_BYTES:]
                 yield chunk
+            if self.usage_hooks:  # the stream ended whole: before its completion frees the queue
+                self._tell_usage(req, usage_of_stream(tail))
 
         def on_close() -> None:
             upstream.release()  # also when the stream never started (client gone first)
@@ -356,6 +368,10 @@ class GatewayCore:
             self.intake.leave()
 
         return _Stream(stream(), on_close, status_code=upstream.status, headers=headers)
+
+    def _tell_usage(self, req: LLMRequest, usage: tuple[int, int] | None) -> None:
+        if usage is not None:
+            self.usage_hooks.response_usage(req, *usage)
 
     def _finish(self, req: LLMRequest, endpoint: str, labels: tuple[str, str], started: float) -> None:
         self.recorder.observe("inference_objective_request_duration_seconds", time.perf_counter() - started, labels)

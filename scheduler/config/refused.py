@@ -22,7 +22,8 @@ _DATA_LAYER = (
 _DISCOVERY = "Ray EPP's pods come from its pods file and pod sources (`epp pods`), not a discovery plugin"
 _FLOW_CONTROL = (
     "it is a flowControl policy Ray EPP's queue does not implement (it has fcfs-ordering-policy, "
-    "edf-ordering-policy, slo-deadline-ordering-policy, global-strict-fairness-policy and round-robin-fairness-policy)"
+    "edf-ordering-policy, slo-deadline-ordering-policy, global-strict-fairness-policy, round-robin-fairness-policy and "
+    "program-aware-fairness)"
 )
 _PARSER = "Ray EPP's gateway parses OpenAI requests only (`openai-parser`)"
 _MULTICLUSTER = "it federates EPPs across clusters, which Ray EPP does not do"
@@ -52,7 +53,6 @@ REFUSED: dict[str, str] = {
     "cross-replica-publisher": _DATA_LAYER,
     "file-discovery": _DISCOVERY,
     # Flow control: the policies the queue does not implement (eviction, others).
-    "program-aware-fairness": _FLOW_CONTROL,
     "sheddable-eviction-filter": _FLOW_CONTROL,
     "priority-then-time-eviction-order-policy": _FLOW_CONTROL,
     # Latency prediction.
