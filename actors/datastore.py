@@ -347,7 +347,7 @@ class DatastoreActor:
             return None
         return [p.spec.model_dump() for p in self._core.pods.values() if p.group == group]
 
-    async def report_models(self, name: str, models: list[str]) -> bool:
+    async def report_models(self, name: str, models: list) -> bool:
         await self._ready()
         return self._core.report_models(name, models)
 

@@ -19,7 +19,7 @@ from typing import Any
 from actors.options import ActorOptions
 from actors.pod_state import PodRecord, PodState
 from actors.scrape_report import ScrapeReport
-from scheduler import Endpoint, Metrics
+from scheduler import Endpoint, Metrics, ServedModel
 
 log = logging.getLogger("ray_epp.actors.datastore")
 
@@ -34,6 +34,7 @@ class DatastoreCore:
         self._changed = asyncio.Event()
         self._snapshot_version = -1
         self._snapshot: list[Endpoint] = []
+        self._lists: dict[tuple[ServedModel, ...], tuple[ServedModel, ...]] = {}
 
     # --- versions and snapshots ----------------------------------------------------------------
 
@@ -53,7 +54,10 @@ class DatastoreCore:
                 # unhealthy, never routable; one that is draining stays out.
                 routable = [p for p in self.pods.values() if p.state is PodState.STALE and p.metrics is not None]
             self._snapshot = [
-                Endpoint(p.spec.name, p.spec.address, p.spec.port, dict(p.spec.labels), p.metrics) for p in routable
+                Endpoint(
+                    p.spec.name, p.spec.address, p.spec.port, dict(p.spec.labels), p.metrics, served_models=p.models
+                )
+                for p in routable
             ]
             self._snapshot_version = self.version
         return self.version, self._snapshot
@@ -154,19 +158,34 @@ class DatastoreCore:
             return True, True
         return True, changed and state is PodState.READY
 
-    def report_models(self, name: str, models: list[str]) -> bool:
+    def report_models(self, name: str, models: list[ServedModel | str | dict]) -> bool:
+        """A pod's `/v1/models` list (entries, or bare ids); a changed list is a new version, since
+        snapshots carry it (`Endpoint.served_models`)."""
         pod = self.pods.get(name)
         if pod is None:
             return False
-        pod.models = sorted(set(models))
+        entries = (m if isinstance(m, ServedModel) else ServedModel.from_json(m) for m in models)
+        listed = tuple(sorted({m.id: m for m in entries}.values(), key=lambda m: m.id))
+        if listed != pod.models:
+            pod.models = self._shared_list(listed)
+            self.bump()
         return True
+
+    def _shared_list(self, listed: tuple[ServedModel, ...]) -> tuple[ServedModel, ...]:
+        """One object for every pod that lists the same models (most pods of a pool do), so a
+        snapshot pickles each distinct list once, whatever the pod count."""
+        shared = self._lists.setdefault(listed, listed)
+        if len(self._lists) > 2 * len(self.pods) + 16:  # forget the lists no pod holds any more
+            held = {id(p.models) for p in self.pods.values()} | {id(shared)}
+            self._lists = {k: v for k, v in self._lists.items() if id(v) in held}
+        return shared
 
     def models(self) -> list[str]:
         """Model ids served by pods that are not unhealthy or draining (base models and LoRA adapters)."""
         ids: set[str] = set()
         for pod in self.pods.values():
             if pod.state not in (PodState.UNHEALTHY, PodState.DRAINING):
-                ids.update(pod.models)
+                ids.update(m.id for m in pod.models or ())
         return sorted(ids)
 
     # --- draining (actors/pod_state.py) ----------------------------------------------------------

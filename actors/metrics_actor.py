@@ -22,6 +22,7 @@ from actors.options import PodSpec, as_options, as_pod
 from actors.report_batcher import ReportBatcher
 from actors.scrape_report import ScrapeReport
 from actors.scraper import PodScraper
+from scheduler import ServedModel
 from scheduler.engine_metrics import EngineRegistry
 
 log = logging.getLogger("ray_epp.actors.metrics_actor")
@@ -92,7 +93,7 @@ class NodeMetricsActor:
         await asyncio.gather(*(s.stop() for s in self._scrapers.values()))
         self._batcher.close()
 
-    async def _report_models(self, name: str, models: list[str]) -> None:
+    async def _report_models(self, name: str, models: list[ServedModel]) -> None:
         async with asyncio.timeout(5.0):
             await self._datastore.report_models.remote(name, models)
 

@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from actors.options import ActorOptions, PodSpec
-from scheduler import Metrics
+from scheduler import Metrics, ServedModel
 
 
 class PodState(StrEnum):
@@ -44,7 +44,7 @@ class PodRecord:
     total_failures: int = 0
     reports: int = 0
     last_error: str | None = None
-    models: list[str] = field(default_factory=list)
+    models: tuple[ServedModel, ...] | None = None  # its /v1/models list; None until first collected
     added: float = field(default_factory=time.monotonic)
     state: PodState = PodState.STARTING
     source: str = ""  # which pod source owns it ("" when unknown: rebuilt after a datastore restart)
@@ -105,6 +105,6 @@ class PodRecord:
             "reports": self.reports,
             "last_error": self.last_error,
             "last_update_age_s": None if self.last_seen is None else round(now - self.last_seen, 3),
-            "served_models": list(self.models),
+            "served_models": [m.id for m in self.models or ()],
             "metrics": None if self.metrics is None else self.metrics.to_json(),
         }

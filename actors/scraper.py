@@ -23,7 +23,7 @@ from actors.http_get import MAX_BODY_BYTES, HttpError, KeepAliveGet, too_large
 from actors.options import ActorOptions, PodSpec
 from actors.report_batcher import ReportRound
 from actors.scrape_rules import ReportPolicy, after_scrape
-from scheduler import Metrics
+from scheduler import Metrics, ServedModel
 from scheduler.engine_metrics import DEFAULT_REGISTRY, EngineRegistry, parse_metrics
 
 log = logging.getLogger("ray_epp.actors.scraper")
@@ -31,15 +31,25 @@ log = logging.getLogger("ray_epp.actors.scraper")
 # Called with (metrics, error, consecutive failures, total failures); returns what to await. It
 # should queue the report before it returns (ReportBatcher.report does), not when awaited.
 ReportFn = Callable[[Metrics | None, str | None, int, int], Awaitable[None]]
-ModelsFn = Callable[[list[str]], Awaitable[None]]
+ModelsFn = Callable[[list[ServedModel]], Awaitable[None]]
+
+
+def served_models(payload: Any) -> list[ServedModel]:
+    """The entries of an OpenAI `/v1/models` answer (base models, and LoRA adapters with their
+    `parent`), one per id, sorted by id; entries without a string id are skipped."""
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, list):
+        raise ValueError("no 'data' list in the /v1/models answer")
+    by_id: dict[str, ServedModel] = {}
+    for entry in data:
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str) and entry["id"]:
+            by_id.setdefault(entry["id"], ServedModel.from_json(entry))
+    return [by_id[k] for k in sorted(by_id)]
 
 
 def model_ids(payload: Any) -> list[str]:
     """Model ids of an OpenAI `/v1/models` answer (base models and LoRA adapters)."""
-    data = payload.get("data") if isinstance(payload, dict) else None
-    if not isinstance(data, list):
-        raise ValueError("no 'data' list in the /v1/models answer")
-    return sorted({m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)})
+    return [m.id for m in served_models(payload)]
 
 
 @dataclass(slots=True)
@@ -99,8 +109,8 @@ class PodScraper:
         self.last_success: float | None = None
         self.last_error: str | None = None
         self.last_warning: str | None = None
-        self.models: list[str] | None = None
-        self._reported_models: list[str] | None = None
+        self.models: list[ServedModel] | None = None
+        self._reported_models: list[ServedModel] | None = None
         self._models_wanted = asyncio.Event()  # re-send the served models now, not at the next refresh
         # the last page and what it parsed to (an idle server serves the same page again)
         self._last_body: bytes | None = None
@@ -293,7 +303,7 @@ class PodScraper:
             status, body = await self._get(self._models_conn, self.models_url, self.options.models_path)
             if status != 200:
                 return False
-            self.models = model_ids(json.loads(body))
+            self.models = served_models(json.loads(body))
             return True
         except (HttpError, ValueError):
             return False
@@ -314,6 +324,6 @@ class PodScraper:
             "parse_us_avg": round(counters.parse_seconds / max(1, counters.parses) * 1e6, 1),
             "process_cpu_s": round(time.process_time() - self._started_cpu, 4),
             "uptime_s": round(now - self._started, 3),
-            "models": self.models,
+            "models": None if self.models is None else [m.id for m in self.models],
             "metrics": None if self.last_metrics is None else self.last_metrics.to_json(),
         }

@@ -8,8 +8,8 @@ changed since the reader's version and the names that left the pool; the pickled
 by the readers that ask from the same version (most readers are at the previous one).
 
 `DeltaLog` lives in the datastore (no Ray). It learns each snapshot it publishes and notes per pod
-the version at which its endpoint last changed (a new metrics object, address, port or labels) and
-per departed pod the version it left. A reader whose version is older than what the log can
+the version at which its endpoint last changed (a new metrics object or model list, address, port
+or labels) and per departed pod the version it left. A reader whose version is older than what the log can
 answer for (from before this datastore incarnation, or older than the oldest tombstone kept) gets
 the full pool, as does a first read (version 0). `PoolCopy` is the reader's side: it applies
 deltas to its copy and hands out the endpoint list in the datastore's order."""
@@ -37,7 +37,13 @@ class SnapshotDelta:
 
 
 def _same(a: Endpoint, b: Endpoint) -> bool:
-    return a.metrics is b.metrics and a.address == b.address and a.port == b.port and a.labels == b.labels
+    return (
+        a.metrics is b.metrics
+        and a.served_models is b.served_models
+        and a.address == b.address
+        and a.port == b.port
+        and a.labels == b.labels
+    )
 
 
 class DeltaLog:

@@ -17,12 +17,15 @@ from scheduler.interfaces import (
     PluginHandle,
     PreRequest,
     ProfileHandler,
+    Responder,
     ResponseComplete,
     ResponseFirstToken,
     ResponseHeader,
+    ResponseUsage,
     SaturationDetector,
     Scorer,
     ScorerCategory,
+    Screener,
 )
 from scheduler.loop import schedule_cycles
 from scheduler.profile import SchedulerProfile, WeightedScorer
@@ -36,6 +39,7 @@ from scheduler.types import (
     ProfileRunResult,
     SchedulingResult,
     ScoredEndpoint,
+    ServedModel,
 )
 
 __all__ = [
@@ -56,9 +60,11 @@ __all__ = [
     "ProfileHandler",
     "ProfileRunResult",
     "ProfileTrace",
+    "Responder",
     "ResponseComplete",
     "ResponseFirstToken",
     "ResponseHeader",
+    "ResponseUsage",
     "SaturationDetector",
     "Scheduler",
     "SchedulerProfile",
@@ -68,6 +74,8 @@ __all__ = [
     "ScoredEndpoint",
     "Scorer",
     "ScorerCategory",
+    "Screener",
+    "ServedModel",
     "WeightedScorer",
     "build_plugins",
     "dump_config",

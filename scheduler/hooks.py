@@ -1,6 +1,6 @@
 """The request-lifecycle hooks of a set of plugins, dispatched in one place: PreRequest after the
 decision, ResponseHeader when the response starts, ResponseFirstToken when a stream's first token
-arrives, ResponseComplete at the end.
+arrives, ResponseUsage when a response carried its token usage, ResponseComplete at the end.
 The in-process Scheduler uses it for all its plugins, each profile actor for its profile's
 plugins, the gateway for the detectors it keeps locally: one rule everywhere.
 
@@ -19,14 +19,21 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from scheduler.interfaces import Plugin, PreRequest, ResponseComplete, ResponseFirstToken, ResponseHeader
+from scheduler.interfaces import (
+    Plugin,
+    PreRequest,
+    ResponseComplete,
+    ResponseFirstToken,
+    ResponseHeader,
+    ResponseUsage,
+)
 from scheduler.types import LLMRequest, SchedulingResult
 
 log = logging.getLogger("ray_epp.scheduler.hooks")
 
 
 class RequestHooks:
-    __slots__ = ("_complete", "_first_token", "_headers", "_pre_request", "errors")
+    __slots__ = ("_complete", "_first_token", "_headers", "_pre_request", "_usage", "errors")
 
     def __init__(self, plugins: Iterable[Plugin]) -> None:
         plugins = list(plugins)
@@ -34,10 +41,11 @@ class RequestHooks:
         self._first_token = [p for p in plugins if isinstance(p, ResponseFirstToken)]
         self._complete = [p for p in plugins if isinstance(p, ResponseComplete)]
         self._headers = [p for p in plugins if isinstance(p, ResponseHeader)]
+        self._usage = [p for p in plugins if isinstance(p, ResponseUsage)]
         self.errors = 0  # hook calls that raised, since this dispatcher was built
 
     def __bool__(self) -> bool:
-        return bool(self._pre_request or self._first_token or self._complete or self._headers)
+        return bool(self._pre_request or self._first_token or self._complete or self._headers or self._usage)
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         for hook in self._pre_request:
@@ -57,13 +65,17 @@ class RequestHooks:
         for hook in self._first_token:
             self._run(hook, hook.response_first_token, request, endpoint_name)
 
+    def response_usage(self, request: LLMRequest, prompt_tokens: int, completion_tokens: int) -> None:
+        for hook in self._usage:
+            self._run(hook, hook.response_usage, request, prompt_tokens, completion_tokens)
+
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         for hook in self._complete:
             self._run(hook, hook.response_complete, request, endpoint_name)
 
-    def _run(self, plugin: Plugin, method: Callable[..., Any], request: LLMRequest, arg: Any) -> Any:
+    def _run(self, plugin: Plugin, method: Callable[..., Any], request: LLMRequest, *args: Any) -> Any:
         try:
-            return method(request, arg)
+            return method(request, *args)
         except Exception as err:  # a plugin's bug must not lose the other plugins' updates
             self.errors += 1
             log.warning(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -168,6 +169,16 @@ class ResponseComplete(Plugin):
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None: ...
 
 
+class ResponseUsage(Plugin):
+    """Learns what a served request cost, from the OpenAI `usage` of its response (llm-d's
+    ResponseBody at end of stream, read for its usage): called by the gateway replica that answered,
+    on its own instance (a flow-control policy lives there), once the response has been sent, when
+    the response carried usage (a streamed one does only with `stream_options.include_usage`)."""
+
+    @abstractmethod
+    def response_usage(self, request: LLMRequest, prompt_tokens: int, completion_tokens: int) -> None: ...
+
+
 class ResponseHeader(Plugin):
     """Adds headers to the response the client gets (llm-d's ResponseHeaderProcessor), e.g. the
     session token a client echoes to come back to its endpoint. It runs in the gateway replica
@@ -176,6 +187,34 @@ class ResponseHeader(Plugin):
 
     @abstractmethod
     def response_headers(self, request: LLMRequest, result: SchedulingResult) -> Mapping[str, str]: ...
+
+
+class Screener(Plugin):
+    """Narrows the pool to the endpoints a request may go to before any profile runs (llm-d's
+    request-control Screener), e.g. to those that serve its model. It is configured outside the
+    profiles and applies to every one of them; like a filter it returns no error, but it must not
+    return an empty list for a non-empty pool (it keeps everyone when it can not tell)."""
+
+    @abstractmethod
+    def screen(self, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]: ...
+
+
+@dataclass(slots=True)
+class LocalResponse:
+    """An answer the gateway gives itself, without forwarding the request (a Responder's): a
+    JSON `body`, or an OpenAI-shaped error when `status` is not 2xx (`body` then holds the message)."""
+
+    status: int
+    body: Any
+
+
+class Responder(Plugin):
+    """Answers some requests at the gateway instead of sending them to a model server (llm-d's
+    request-control Responder), e.g. `GET /v1/models` for the whole pool. `endpoints` are the
+    pool as the answering replica sees it. None declines: the request goes on as usual."""
+
+    @abstractmethod
+    def respond(self, method: str, path: str, endpoints: list[Endpoint]) -> LocalResponse | None: ...
 
 
 class SaturationDetector(Plugin):
@@ -277,7 +316,8 @@ class PluginTimer(Protocol):
 
 ROLES: tuple[type[Plugin], ...] = (
     Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
-    ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink, UsageLimitPolicy,
+    ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink, UsageLimitPolicy, Screener,
+    Responder, ResponseUsage,
 )  # fmt: skip
 
 

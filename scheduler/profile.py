@@ -1,4 +1,7 @@
-"""A scheduling profile: filters in order, weighted scorers, one picker (GIE's SchedulerProfile)."""
+"""A scheduling profile: filters in order, weighted scorers, one picker (GIE's SchedulerProfile).
+The config's screeners (llm-d's request-control Screeners, outside any profile) narrow the pool
+before each profile's filters: every profile sees the same screened pool, as in llm-d, where the
+director screens once before scheduling."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from dataclasses import dataclass, field
 
 from scheduler.cycle_state import FILTER_FAILURE_KEY, CycleState
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.interfaces import Filter, Picker, PluginTimer, Scorer
+from scheduler.interfaces import Filter, Picker, PluginTimer, Scorer, Screener
 from scheduler.trace import ProfileTrace
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, ScoredEndpoint
 
@@ -26,6 +29,7 @@ class SchedulerProfile:
     filters: list[Filter] = field(default_factory=list)
     scorers: list[WeightedScorer] = field(default_factory=list)
     picker: Picker | None = None
+    screeners: list[Screener] = field(default_factory=list)
 
     def plugins(self) -> list:
         """Every plugin instance of the profile, in order, without repeats."""
@@ -48,6 +52,10 @@ class SchedulerProfile:
             raise SchedulingError(ErrorCode.INTERNAL, f"profile {self.name!r} has no picker")
         if request.excluded_endpoints:
             endpoints = [ep for ep in endpoints if ep.name not in request.excluded_endpoints]
+        for screener in self.screeners:
+            start = time.perf_counter()
+            kept = screener.screen(request, endpoints)
+            endpoints = self._narrow(screener, "Screener", kept, endpoints, start, trace, timer)
         candidates = self._filter(request, cycle_state, endpoints, trace, timer)
         if not candidates:
             err = cycle_state.read(FILTER_FAILURE_KEY)
@@ -76,22 +84,27 @@ class SchedulerProfile:
         for f in self.filters:
             start = time.perf_counter()
             kept = f.filter(cycle_state, request, remaining)
-            if timer is not None:
-                timer("Filter", f, time.perf_counter() - start)
-            if trace is not None:
-                kept_names = {ep.name for ep in kept}
-                trace.filters.append(
-                    {
-                        "plugin": f.name,
-                        "type": f.type_name,
-                        "removed": [ep.name for ep in remaining if ep.name not in kept_names],
-                        "kept": [ep.name for ep in kept],
-                    }
-                )
-            remaining = kept
+            remaining = self._narrow(f, "Filter", kept, remaining, start, trace, timer)
             if not remaining:
                 break
         return remaining
+
+    @staticmethod
+    def _narrow(plugin, point: str, kept, before, start: float, trace, timer) -> list[Endpoint]:
+        """What a filter or screener kept of `before`, timed (from `start`) and traced."""
+        if timer is not None:
+            timer(point, plugin, time.perf_counter() - start)
+        if trace is not None:
+            kept_names = {ep.name for ep in kept}
+            trace.filters.append(
+                {
+                    "plugin": plugin.name,
+                    "type": plugin.type_name,
+                    "removed": [ep.name for ep in before if ep.name not in kept_names],
+                    "kept": [ep.name for ep in kept],
+                }
+            )
+        return kept
 
     def _score(self, request, cycle_state, candidates, trace, timer) -> dict[Endpoint, float]:
         totals = dict.fromkeys(candidates, 0.0)

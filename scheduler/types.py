@@ -8,6 +8,7 @@ labels) and raising TypeError / ValueError for the rest, at the cost of a type c
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -89,13 +90,71 @@ class Metrics:
         }
 
 
+@dataclass(slots=True, frozen=True)
+class ServedModel:
+    """One entry of a model server's OpenAI `/v1/models` list: a base model, or a LoRA adapter
+    (`parent` names its base model, as vLLM reports it). `created` is not compared: vLLM stamps
+    every answer with the time of the call."""
+
+    id: str
+    parent: str = ""
+    owned_by: str = ""
+    object: str = "model"
+    created: int = field(default=0, compare=False)
+    shutdown_date: str = ""
+
+    @property
+    def is_adapter(self) -> bool:
+        return bool(self.parent)
+
+    def __reduce__(self) -> tuple:
+        # Snapshots carry every pod's list to every reader: pickled as its fields, not a slot state
+        # (about 3x fewer bytes and CPU than a frozen dataclass's default).
+        return ServedModel, (self.id, self.parent, self.owned_by, self.object, self.created, self.shutdown_date)
+
+    @classmethod
+    def from_json(cls, data: Any) -> ServedModel:
+        """An entry of a `/v1/models` answer (or a bare id); ValueError when it has no string id."""
+        if isinstance(data, str) and data:
+            return cls(data)
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"]:
+            raise ValueError(f"a served model needs a string 'id': {data!r}")
+
+        def field_text(key: str) -> str:  # interned: pods list the same names, pickled once per snapshot
+            value = data.get(key)
+            return sys.intern(value) if isinstance(value, str) else ""
+
+        created = data.get("created")
+        return cls(
+            sys.intern(data["id"]),
+            field_text("parent"),
+            field_text("owned_by"),
+            field_text("object") or "model",
+            created if type(created) is int and created >= 0 else 0,
+            field_text("shutdown_date"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The OpenAI model object: id and object always, the other fields when the server gave them."""
+        out: dict[str, Any] = {"id": self.id, "object": self.object}
+        if self.created:
+            out["created"] = self.created
+        for key in ("owned_by", "parent", "shutdown_date"):
+            if value := getattr(self, key):
+                out[key] = value
+        return out
+
+
 @dataclass(slots=True, eq=False)
 class Endpoint:
     """A model server. Hashed by identity: within one cycle every plugin sees the same objects.
 
     `attributes` holds request-scoped data plugins attach to an endpoint (e.g. its prefix-cache
     match), copied into the profile result for the chosen targets so that other profiles and the
-    profile handler can read it even when the profile ran in another process."""
+    profile handler can read it even when the profile ran in another process.
+
+    `served_models` is the server's own `/v1/models` list as last collected, None while it has not
+    been (or for an endpoint that does not come from the datastore)."""
 
     name: str
     address: str = "127.0.0.1"
@@ -103,8 +162,15 @@ class Endpoint:
     labels: dict[str, str] = field(default_factory=dict)
     metrics: Metrics = field(default_factory=Metrics)
     attributes: dict[str, Any] = field(default_factory=dict)
+    served_models: tuple[ServedModel, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.served_models is not None and type(self.served_models) is not tuple:
+            if not isinstance(self.served_models, list | tuple):
+                raise TypeError(f"Endpoint.served_models must be a list of models, got {self.served_models!r}")
+            self.served_models = tuple(
+                m if isinstance(m, ServedModel) else ServedModel.from_json(m) for m in self.served_models
+            )
         if type(self.name) is not str or not self.name:
             self.name = text("Endpoint.name", self.name, empty=False)
         if type(self.address) is not str:
@@ -139,16 +205,20 @@ class Endpoint:
             port=int(data.get("port", 8000)),
             labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
             metrics=Metrics.from_json(data.get("metrics") or {}),
+            served_models=data.get("served_models"),
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "address": self.address,
             "port": self.port,
             "labels": dict(self.labels),
             "metrics": self.metrics.to_json(),
         }
+        if self.served_models is not None:
+            out["served_models"] = [m.to_json() for m in self.served_models]
+        return out
 
     def __repr__(self) -> str:
         return f"Endpoint({self.name})"

@@ -95,6 +95,10 @@ class EndpointView:
         self.endpoints = endpoints
         self.by_name = by_name if by_name is not None else {ep.name: ep for ep in endpoints}
         self.adapters = {m for ep in endpoints for m in (*ep.metrics.active_models, *ep.metrics.waiting_models)}
+        # A model a routable pod has just listed is known at once, not at the next models refresh.
+        listed = {m.id for ep in endpoints if ep.served_models for m in ep.served_models}
+        if not listed <= self.models:
+            self.models = self.models | listed
 
     async def stop(self) -> None:
         if self._task is not None:

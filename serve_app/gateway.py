@@ -3,8 +3,6 @@ through the profile actors and forwards it to the chosen model server.
 
 Any number of replicas share the same actors, hence the same scheduling state."""
 
-import asyncio
-import hmac
 import json
 import logging
 import os
@@ -16,15 +14,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from actors.metrics_hub import MetricsPusher, MetricsRecorder, render
+from actors.metrics_hub import MetricsPusher, MetricsRecorder
 from scheduler import (
     CycleState,
     ErrorCode,
     LLMRequest,
+    Responder,
     ResponseHeader,
+    ResponseUsage,
     SchedulingError,
     SchedulingResult,
     build_plugins,
@@ -35,6 +34,7 @@ from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.flowcontrol.controller import build_flow_controller
 from scheduler.hooks import RequestHooks
 from scheduler.trace import SchedulingTrace
+from serve_app import side_routes
 from serve_app.admin import AdminApi, admin_router
 from serve_app.disagg import hand_off
 from serve_app.endpoint_view import EndpointView
@@ -42,16 +42,17 @@ from serve_app.errors import GatewayError, bad_request
 from serve_app.flow_gate import FlowGate
 from serve_app.forwarder import Forwarder, UpstreamUnavailable, relay, response_headers
 from serve_app.ingress import SharedPortServer
+from serve_app.intake import RequestIntake
 from serve_app.parsing import ParsedRequest, parse_request
 from serve_app.ray_runner import RayProfileRunner
 from serve_app.settings import GatewaySettings
+from serve_app.side_routes import DESTINATION_HEADER
+from serve_app.usage import STREAM_TAIL_BYTES, usage_of_body, usage_of_stream
 
 log = logging.getLogger("ray_epp.gateway")
 
-DESTINATION_HEADER = "x-gateway-destination-endpoint"
 GATEWAY_SERVICE = "ray-epp-gateway"  # /health names the service, so launchers find our replicas
 FIRST_SNAPSHOT_WAIT_S = 5.0  # a new replica's first request waits at most this for the pool
-SHED_RETRY_AFTER_S = "1"
 OTHER = "other"  # the metric label of a value a client chose that the pool does not know
 app = FastAPI(title="Ray EPP gateway", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -109,15 +110,18 @@ class GatewayCore:
         self._local_hooks = RequestHooks(self.detectors)
         # ResponseHeader plugins write from the request and the decision alone: this replica's
         # own instances answer, so a response never waits for a profile actor.
-        self._response_headers = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseHeader))
+        self.header_hooks = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseHeader))
+        # Responders answer some routes here (models-responder: GET /v1/models), in config order.
+        self.responders = [p for p in built.plugins.values() if isinstance(p, Responder)]
+        # ResponseUsage plugins (program-aware-fairness) learn each response's tokens here, where
+        # the queue they rank runs; false when no plugin wants them (responses are not parsed).
+        self.usage_hooks = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseUsage))
         self.runner = RayProfileRunner(
             profile_actors, s.shard_key_tokens, s.shard_session_header, call_timeout_s=s.profile_call_timeout_s
         )
         self.view = EndpointView(datastore, min_interval_s=s.snapshot_min_interval_s)
         self.forwarder = Forwarder(s.connect_timeout_s, s.upstream_timeout_s, s.first_byte_timeout_s)
-        self._in_flight = 0  # requests of the OpenAI routes and /v1/pick this replica is serving
-        self._debug_token = s.debug_token.encode() if s.debug_token else None
-        self._api_key = f"Bearer {s.api_key}".encode() if s.api_key else None
+        self.intake = RequestIntake(s)
         self.admin = AdminApi(s.admin_token, datastore)
         self.recorder = MetricsRecorder()
         # With the flowControl gate on, requests wait in this replica's queue instead of a 429.
@@ -128,7 +132,7 @@ class GatewayCore:
             else FlowGate(fc, lambda: self.view.endpoints, self.recorder, self.model_label, self.priority_label)
         )
         self.hub = hub
-        self._pusher = MetricsPusher(self.recorder, f"gateway-{os.getpid()}", hub) if hub is not None else None
+        self.pusher = MetricsPusher(self.recorder, f"gateway-{os.getpid()}", hub) if hub is not None else None
         self._started = False
 
     async def ensure_ready(self) -> None:
@@ -142,8 +146,8 @@ class GatewayCore:
         if not self._started:
             self._started = True
             self.view.start()
-            if self._pusher is not None:
-                self._pusher.start()
+            if self.pusher is not None:
+                self.pusher.start()
 
     # ---- scheduling -------------------------------------------------------------------------
     async def schedule(self, request: LLMRequest, trace: SchedulingTrace | None = None) -> SchedulingResult:
@@ -185,79 +189,12 @@ class GatewayCore:
             return str(priority)
         return OTHER
 
-    # ---- what the client may ask for ------------------------------------------------------------
-    def wants_trace(self, http: Request) -> bool:
-        """The decision trace names pods, addresses and scores: only for the operator's token
-        (or for anyone asking, when `debug_trace` opens it)."""
-        value = http.headers.get(self.settings.debug_header)
-        if not value:
-            return False
-        if self._debug_token is not None and hmac.compare_digest(value.encode(), self._debug_token):
-            return True
-        return self.settings.debug_trace
-
-    def check_request_head(self, http: Request) -> None:
-        """What can be refused before reading the body: the API key, the headers' size, a
-        declared body over the limit."""
-        s = self.settings
-        if self._api_key is not None:
-            given = http.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, self._api_key):
-                raise GatewayError(
-                    401, "Incorrect API key provided.", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
-                )
-        header_bytes = sum(len(k) + len(v) for k, v in http.headers.raw)
-        if header_bytes > s.max_header_bytes:
-            raise GatewayError(431, f"request headers of {header_bytes} bytes exceed the limit of {s.max_header_bytes}")
-        declared = http.headers.get("content-length")
-        if declared is not None:
-            try:
-                length = int(declared)
-            except ValueError:
-                raise bad_request(f"invalid Content-Length {declared[:40]!r}") from None
-            if length > s.max_body_bytes:
-                raise GatewayError(413, f"request body of {length} bytes exceeds the limit of {s.max_body_bytes}")
-
-    async def read_body(self, http: Request) -> bytes:
-        """The body, read within body_read_timeout_s (408) and never past max_body_bytes (413)."""
-        s = self.settings
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(s.body_read_timeout_s):
-                async for chunk in http.stream():
-                    size += len(chunk)
-                    if size > s.max_body_bytes:
-                        raise GatewayError(
-                            413, f"request body of over {size} bytes exceeds the limit of {s.max_body_bytes}"
-                        )
-                    chunks.append(chunk)
-        except TimeoutError:
-            raise GatewayError(408, f"request body not received within {s.body_read_timeout_s} s") from None
-        except ClientDisconnect:
-            raise bad_request("client disconnected while sending the body") from None
-        return b"".join(chunks)
-
-    def enter(self) -> None:
-        """Count a request in, or shed it (503 + Retry-After) when the replica is full, rather than
-        let it wait in Serve's queue behind requests that may never finish."""
-        if self._in_flight >= self.settings.max_in_flight:
-            raise GatewayError(
-                503,
-                f"the gateway is at its limit of {self.settings.max_in_flight} requests in flight; retry later",
-                headers={"Retry-After": SHED_RETRY_AFTER_S},
-            )
-        self._in_flight += 1
-
-    def leave(self) -> None:
-        self._in_flight -= 1
-
     # ---- what stateful plugins learn: the profile actors', and this replica's own detectors ----
     # A queued request may be dispatchable after each of these (the ledger detectors moved).
-    def _tell_pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
+    def tell_pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         self.runner.pre_request(request, result)
         self._local_hooks.pre_request(request, result)
-        self._settle(request)
+        self.settle(request)
 
     def _tell_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         self.runner.response_first_token(request, endpoint_name)
@@ -265,13 +202,13 @@ class GatewayCore:
         if self.flow is not None:
             self.flow.pump()
 
-    def _tell_complete(self, request: LLMRequest, endpoint_name: str) -> None:
+    def tell_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         self.runner.response_complete(request, endpoint_name)
         self._local_hooks.response_complete(request, endpoint_name)
         if self.flow is not None:
             self.flow.pump()
 
-    def _settle(self, request: LLMRequest) -> None:
+    def settle(self, request: LLMRequest) -> None:
         if self.flow is not None:
             self.flow.settle(request)
 
@@ -293,22 +230,22 @@ class GatewayCore:
         started = time.perf_counter()
         model = "unknown"
         try:
-            self.check_request_head(http)
-            self.enter()
+            self.intake.check_head(http)
+            self.intake.enter()
         except GatewayError as err:
             self.recorder.inc("inference_objective_request_error_total", (model, model, err.code))
             return err.response()
         response: Response | None = None
         req: LLMRequest | None = None
         try:
-            raw = await self.read_body(http)
+            raw = await self.intake.read_body(http)
             await self.ensure_ready()
             parsed = parse_request(raw, dict(http.headers), path, self.settings, self.known_models())
             req = parsed.llm_request
             model = self.model_label(req)
             self.recorder.inc("inference_objective_request_total", (model, model, self.priority_label(req.priority)))
             await self.admit(req, http, len(raw))
-            trace = SchedulingTrace() if self.wants_trace(http) else None
+            trace = SchedulingTrace() if self.intake.wants_trace(http) else None
             response = await self._schedule_and_forward(parsed, path, raw, trace, started)
             return response
         except GatewayError as err:
@@ -316,9 +253,9 @@ class GatewayCore:
             return err.response()
         finally:
             if req is not None:
-                self._settle(req)  # a dispatched request whose scheduling failed
+                self.settle(req)  # a dispatched request whose scheduling failed
             if not isinstance(response, _Stream):  # a stream leaves when it ends
-                self.leave()
+                self.intake.leave()
 
     async def _schedule_and_forward(
         self, parsed: ParsedRequest, path: str, raw: bytes, trace: SchedulingTrace | None, started: float
@@ -338,7 +275,7 @@ class GatewayCore:
                     ) from None
                 raise GatewayError.from_scheduling(err) from None
             target = result.target
-            self._tell_pre_request(req, result)
+            self.tell_pre_request(req, result)
             headers = dict(parsed.forward_headers)
             body = raw
             if result.prefill_profile_name is not None:
@@ -349,7 +286,7 @@ class GatewayCore:
                 last_error = str(err)
                 excluded.add(target.name)
                 req.excluded_endpoints = frozenset(excluded)
-                self._tell_complete(req, target.name)
+                self.tell_complete(req, target.name)
                 continue
             return await self._respond(parsed, result, upstream, trace, started)
         raise GatewayError(
@@ -390,7 +327,7 @@ class GatewayCore:
         req = parsed.llm_request
         target = result.target
         headers = response_headers(upstream)
-        headers.update(self._response_headers.response_headers(req, result))
+        headers.update(self.header_hooks.response_headers(req, result))
         headers[DESTINATION_HEADER] = target.host_port
         if trace is not None:
             headers["x-epp-trace"] = json.dumps({**result.to_json(), "trace": trace.to_json()}, separators=(",", ":"))
@@ -402,6 +339,8 @@ class GatewayCore:
         if not is_sse:
             try:
                 body = await upstream.read()
+                if self.usage_hooks and upstream.status == 200:
+                    self._tell_usage(req, usage_of_body(body))
             finally:
                 upstream.release()
                 self._finish(req, target.name, labels, started)
@@ -409,6 +348,7 @@ class GatewayCore:
 
         async def stream():
             first = True
+            tail = b""  # the stream's end, where its usage is (kept only when a plugin wants it)
             async for chunk in relay(upstream, is_sse=True, idle_timeout_s=self.settings.stream_idle_timeout_s):
                 if first:
                     first = False
@@ -416,99 +356,27 @@ class GatewayCore:
                     self.recorder.observe(
                         "inference_objective_request_ttft_seconds", time.perf_counter() - started, labels
                     )
+                if self.usage_hooks:
+                    tail = (tail + chunk)[-STREAM_TAIL_BYTES:]
                 yield chunk
+            if self.usage_hooks:  # the stream ended whole: before its completion frees the queue
+                self._tell_usage(req, usage_of_stream(tail))
 
         def on_close() -> None:
             upstream.release()  # also when the stream never started (client gone first)
             self._finish(req, target.name, labels, started)
-            self.leave()
+            self.intake.leave()
 
         return _Stream(stream(), on_close, status_code=upstream.status, headers=headers)
+
+    def _tell_usage(self, req: LLMRequest, usage: tuple[int, int] | None) -> None:
+        if usage is not None:
+            self.usage_hooks.response_usage(req, *usage)
 
     def _finish(self, req: LLMRequest, endpoint: str, labels: tuple[str, str], started: float) -> None:
         self.recorder.observe("inference_objective_request_duration_seconds", time.perf_counter() - started, labels)
         self.recorder.add_gauge("inference_objective_running_requests", labels[:1], -1.0)
-        self._tell_complete(req, endpoint)
-
-    # ---- the rest of the surface ------------------------------------------------------------
-    async def pick(self, http: Request) -> Response:
-        """The decision without forwarding, for use behind another proxy (when `pick_api` is on)."""
-        if not self.settings.pick_api:
-            return GatewayError(404, "Not Found").response()
-        try:
-            self.check_request_head(http)
-            self.enter()
-        except GatewayError as err:
-            return err.response()
-        parsed: ParsedRequest | None = None
-        try:
-            raw = await self.read_body(http)
-            await self.ensure_ready()
-            path = http.query_params.get("path", "/v1/completions")
-            if path not in ("/v1/completions", "/v1/chat/completions"):
-                raise bad_request("'path' must be /v1/completions or /v1/chat/completions", param="path")
-            parsed = parse_request(raw, dict(http.headers), path, self.settings, self.known_models())
-            await self.admit(parsed.llm_request, http, len(raw))
-            trace = SchedulingTrace() if self.wants_trace(http) else None
-            result = await self.schedule(parsed.llm_request, trace)
-        except GatewayError as err:
-            return err.response()
-        except SchedulingError as err:
-            self._settle(parsed.llm_request)  # type: ignore[union-attr]  (parsed before scheduling)
-            return GatewayError.from_scheduling(err).response()
-        except BaseException:
-            if parsed is not None:  # a dispatched request must not hold its queue's window
-                self._settle(parsed.llm_request)
-            raise
-        finally:
-            self.leave()
-        # Stateful plugins learn the decision (the prefix index keeps up with proxied traffic), but
-        # its response never passes here: count it finished at once, or in-flight ledgers (active
-        # requests, prefill backlog) would hold it until their timeout.
-        self._tell_pre_request(parsed.llm_request, result)
-        self._tell_complete(parsed.llm_request, result.target.name)
-        body: dict[str, Any] = result.to_json()
-        body["endpoints"] = {
-            name: None if r is None else [ep.host_port for ep in r.target_endpoints]
-            for name, r in result.profile_results.items()
-        }
-        if trace is not None:
-            body["trace"] = trace.to_json()
-        headers = self._response_headers.response_headers(parsed.llm_request, result)
-        headers[DESTINATION_HEADER] = result.target.host_port
-        return JSONResponse(body, headers=headers)
-
-    def models(self) -> Response:
-        self.ensure_started()
-        data = [{"id": m, "object": "model", "owned_by": "ray-epp"} for m in sorted(self.view.models)]
-        return JSONResponse({"object": "list", "data": data})
-
-    async def ready(self) -> Response:
-        self.ensure_started()
-        await self.view.wait_first(2.0)
-        n = len(self.view.endpoints)
-        return JSONResponse({"ready": n > 0, "ready_endpoints": n}, status_code=200 if n else 503)
-
-    async def metrics(self) -> Response:
-        self.ensure_started()
-        states = [self.recorder.state()]
-        if self.hub is not None and self._pusher is not None:
-            await self._pusher.push_now()
-            states = await self.hub.states.remote()
-        eps = self.view.endpoints
-        n = len(eps) or 1
-        pool = "default"
-        gauges = {
-            "inference_pool_average_kv_cache_utilization": [
-                ((pool,), sum(e.metrics.kv_cache_usage_percent for e in eps) / n)
-            ],
-            "inference_pool_average_queue_size": [((pool,), sum(e.metrics.waiting_queue_size for e in eps) / n)],
-            "inference_pool_average_running_requests": [
-                ((pool,), sum(e.metrics.running_requests_size for e in eps) / n)
-            ],
-            "inference_pool_ready_pods": [((pool,), float(len(eps)))],
-        }
-        return Response(render(states, gauges), media_type="text/plain; version=0.0.4")
+        self.tell_complete(req, endpoint)
 
 
 app.include_router(admin_router(lambda: serve.get_replica_context().servable_object.core.admin))
@@ -556,11 +424,11 @@ class Gateway:
 
     @app.post("/v1/pick")
     async def pick(self, request: Request) -> Response:
-        return await self.core.pick(request)
+        return await side_routes.pick(self.core, request)
 
     @app.get("/v1/models")
     async def models(self) -> Response:
-        return self.core.models()
+        return await side_routes.models(self.core)
 
     @app.get("/health")
     async def health(self) -> Response:
@@ -573,8 +441,8 @@ class Gateway:
 
     @app.get("/ready")
     async def ready(self) -> Response:
-        return await self.core.ready()
+        return await side_routes.ready(self.core)
 
     @app.get("/metrics")
     async def metrics(self) -> Response:
-        return await self.core.metrics()
+        return await side_routes.metrics(self.core)

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from scheduler.config.models import EndpointPickerConfig
 from scheduler.errors import ConfigError
-from scheduler.interfaces import Filter, Picker, Plugin, PluginHandle, ProfileHandler, Scorer
+from scheduler.interfaces import Filter, Picker, Plugin, PluginHandle, ProfileHandler, Scorer, Screener
 from scheduler.profile import SchedulerProfile, WeightedScorer
 from scheduler.registry import plugin_class
 
@@ -60,10 +60,11 @@ def build_plugins(cfg: EndpointPickerConfig, only_profiles: list[str] | None = N
         raise ConfigError(errors)
 
     profiles: dict[str, SchedulerProfile] = {}
+    screeners = [p for p in built.values() if isinstance(p, Screener)]  # they apply to every profile
     for spec in cfg.scheduling_profiles:
         if only_profiles is not None and spec.name not in only_profiles:
             continue
-        profile = SchedulerProfile(spec.name)
+        profile = SchedulerProfile(spec.name, screeners=list(screeners))
         for ref in spec.plugins:
             plugin = built[ref.plugin_ref]
             if isinstance(plugin, Filter):

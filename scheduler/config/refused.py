@@ -22,7 +22,8 @@ _DATA_LAYER = (
 _DISCOVERY = "Ray EPP's pods come from its pods file and pod sources (`epp pods`), not a discovery plugin"
 _FLOW_CONTROL = (
     "it is a flowControl policy Ray EPP's queue does not implement (it has fcfs-ordering-policy, "
-    "edf-ordering-policy, slo-deadline-ordering-policy, global-strict-fairness-policy and round-robin-fairness-policy)"
+    "edf-ordering-policy, slo-deadline-ordering-policy, global-strict-fairness-policy, round-robin-fairness-policy and "
+    "program-aware-fairness)"
 )
 _PARSER = "Ray EPP's gateway parses OpenAI requests only (`openai-parser`)"
 _MULTICLUSTER = "it federates EPPs across clusters, which Ray EPP does not do"
@@ -52,7 +53,6 @@ REFUSED: dict[str, str] = {
     "cross-replica-publisher": _DATA_LAYER,
     "file-discovery": _DISCOVERY,
     # Flow control: the policies the queue does not implement (eviction, others).
-    "program-aware-fairness": _FLOW_CONTROL,
     "sheddable-eviction-filter": _FLOW_CONTROL,
     "priority-then-time-eviction-order-policy": _FLOW_CONTROL,
     # Latency prediction.
@@ -90,13 +90,6 @@ REFUSED: dict[str, str] = {
     "session-id-producer": "it publishes a SessionID request attribute that no llm-d plugin reads at ebab6879, so "
     "accepting it would change nothing; session affinity here is `session-affinity-scorer` / `-filter` "
     "(`algorithm: session_id_header` reads the session header itself)",
-    # Not in llm-d-router at ebab6879; a later one has it (pkg/epp/framework/plugins/requestcontrol/.../models).
-    "models-responder": "it is a request-control Responder and Screener: it answers GET /v1/models with the union "
-    "of every pod's /v1/models, which Ray EPP's gateway always does itself (nothing to configure), and it drops "
-    "candidates whose /v1/models list lacks the requested model or LoRA adapter, which Ray EPP can not do yet: "
-    "its metrics actors follow each pod's list, but the scheduling snapshot carries only the pool's union (by default "
-    "the gateway rejects a model no pod lists) and not which pod lists which model, nor which ids are adapters "
-    "(vLLM's `parent`)",
     "endpoint-attribute-filter": "it filters on an attribute a data-layer extractor (e.g. `dcgm-extractor`) "
     "writes, and Ray EPP has no such extractor; " + _NOT_YET,
     "endpoint-attribute-scorer": "it scores an attribute a data-layer extractor (e.g. `dcgm-extractor`) "

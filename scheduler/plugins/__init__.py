@@ -6,7 +6,8 @@ import pkgutil
 
 for _kind in (
     "producers", "filters", "scorers", "pickers", "handlers", "deciders", "detectors", "parsers", "flowcontrol",
-):
+    "responders",
+):  # fmt: skip
     _package = importlib.import_module(f"{__name__}.{_kind}")
     for _module in pkgutil.iter_modules(_package.__path__):
         importlib.import_module(f"{_package.__name__}.{_module.name}")

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from actors.options import ActorOptions, PodSpec
-from actors.scraper import PodScraper, model_ids
+from actors.scraper import PodScraper, model_ids, served_models
 from simulator import PodConfig, start_sim_pods_in_thread
 
 
@@ -24,8 +24,8 @@ async def test_reports_on_change_and_heartbeat_and_throttles_failures(pod):
     async def report(metrics, error, consecutive, total):
         reports.append((metrics, error, consecutive, total))
 
-    async def report_models(ids):
-        models.append(ids)
+    async def report_models(served):
+        models.append([m.id for m in served])
 
     options = ActorOptions(refresh_interval_s=0.02, heartbeat_s=0.25, unhealthy_after_failures=3, scrape_timeout_s=0.5)
     scraper = PodScraper(PodSpec(name=pod.name, address=pod.address, port=pod.port), options, report, report_models)
@@ -78,6 +78,11 @@ def test_model_ids():
         model_ids({"object": "list"})
 
 
+def test_served_models_keep_the_adapters_parent():
+    payload = {"data": [{"id": "lora", "parent": "base", "owned_by": "vllm"}, {"id": "base", "parent": None}]}
+    assert [(m.id, m.parent) for m in served_models(payload)] == [("base", ""), ("lora", "base")]
+
+
 async def test_resync_re_sends_the_served_models_at_once(pod):
     # a restarted datastore knows no served models until each scraper sends them again: not at the
     # next refresh (here 30 s away), at once
@@ -86,8 +91,8 @@ async def test_resync_re_sends_the_served_models_at_once(pod):
     async def report(metrics, error, consecutive, total):
         return None
 
-    async def report_models(ids):
-        models.append(ids)
+    async def report_models(served):
+        models.append([m.id for m in served])
 
     options = ActorOptions(refresh_interval_s=0.05, models_refresh_s=30.0)
     scraper = PodScraper(PodSpec(name=pod.name, address=pod.address, port=pod.port), options, report, report_models)

@@ -7,8 +7,11 @@ from __future__ import annotations
 import pickle
 import random
 
+from actors.datastore_core import DatastoreCore
+from actors.options import ActorOptions, PodSpec
+from actors.pod_state import PodRecord, PodState
 from actors.snapshot_delta import DeltaLog, PoolCopy
-from scheduler import Endpoint, Metrics
+from scheduler import Endpoint, Metrics, ServedModel
 
 
 def ep(name: str, queue: int = 0, labels: dict | None = None) -> Endpoint:
@@ -105,3 +108,35 @@ def test_a_delta_that_does_not_follow_the_readers_version_restarts_it():
     log.learn(3, [ep("a", 1)])
     stray = log.packed(3, 4, [ep("a", 2)])  # from 3, but the reader holds 2
     assert pool.apply(stray) is None and pool.version == 0  # its next read asks for the whole pool
+
+
+def test_a_pods_new_model_list_is_a_new_version_and_reaches_readers():
+    core = DatastoreCore(ActorOptions())
+    spec = PodSpec(name="a", address="10.0.0.1", port=8000)
+    core.pods["a"] = PodRecord(spec, metrics=Metrics(), state=PodState.READY)
+    log, pool = DeltaLog(first_version=core.version), PoolCopy()
+    pool.apply(log.packed(0, *core.snapshot()))
+    assert pool.by_name["a"].served_models is None  # not collected yet
+
+    before = core.version
+    core.report_models("a", [{"id": "base", "created": 1}, {"id": "lora", "parent": "base"}])
+    assert core.version > before
+    pool.apply(log.packed(pool.version, *core.snapshot()))
+    assert pool.by_name["a"].served_models == (ServedModel("base"), ServedModel("lora", "base"))
+
+    same = core.version
+    core.report_models("a", [{"id": "lora", "parent": "base"}, {"id": "base", "created": 2}])  # same list
+    assert core.version == same and core.models() == ["base", "lora"]
+
+
+def test_pods_that_list_the_same_models_share_one_list():
+    core = DatastoreCore(ActorOptions())
+    for name in ("a", "b", "c"):
+        spec = PodSpec(name=name, address="10.0.0.1", port=8000 + ord(name))
+        core.pods[name] = PodRecord(spec, metrics=Metrics(), state=PodState.READY)
+    core.report_models("a", [{"id": "base", "created": 1}])
+    core.report_models("b", [{"id": "base", "created": 2}])  # the same list: vLLM stamps each answer
+    core.report_models("c", [{"id": "base"}, {"id": "lora", "parent": "base"}])
+    a, b, c = (core.pods[n].models for n in "abc")
+    assert a is b and a != c  # one object: a snapshot pickles it once
+

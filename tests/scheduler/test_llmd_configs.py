@@ -19,7 +19,11 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "llm-d"
 SINGLE = ["epp-config.yaml", "epp-estimate-prefix-cache-config.yaml", "sim-epp-config.yaml"]
 PD = ["pd-epp-config.yaml", "sim-pd-epp-config.yaml", "pd-topology-epp-config.yaml"]
 EPD = ["sim-e-p-d-epp-config.yaml", "sim-e-pd-epp-config.yaml"]
-OTHER = ["probabilistic-admitter-epp-config.yaml", "soft-reflective-ceiling-epp-config.yaml"]
+OTHER = [
+    "probabilistic-admitter-epp-config.yaml",
+    "soft-reflective-ceiling-epp-config.yaml",
+    "sim-program-aware-config.yaml",
+]
 # tests/scheduler/test_precise_prefix_producer.py and test_token_producer.py
 PRECISE = ["sim-epp-no-hit-lru.yaml", "sim-epp-kvcache-config.yaml", "sim-epp-tokenizer-vllm-http-config.yaml"]
 LONG = "the same long system prompt, repeated so it spans many cache blocks. " * 80
@@ -239,3 +243,42 @@ def test_soft_reflective_ceiling_sample_throttles_sheddable_dispatch_as_the_pool
     # sheddable requests: the ceiling opens on every second cycle, so about half of them go.
     assert critical == 12 and 4 <= sheddable <= 6
     assert dispatches((5, 5), 6) == (0, 0)
+
+
+def test_program_aware_sample_dispatches_the_program_with_least_attained_service_first():
+    """The sample's queue: with the pool saturated, two programs queue; once it frees, the one whose
+    responses cost fewer weighted tokens goes first, while equal programs go oldest head first;
+    what dispatches is scheduled by the sample's queue scorer."""
+    from scheduler.admission import admission_detectors
+    from scheduler.flowcontrol.controller import build_flow_controller
+    from scheduler.flowcontrol.types import FAIRNESS_ID_HEADER, FlowItem, Outcome
+    from scheduler.plugins.flowcontrol.program_aware import ProgramAwareFairness
+
+    cfg = load_config_file(FIXTURES / "sim-program-aware-config.yaml")
+    sched = Scheduler.from_config(cfg)
+    detectors = admission_detectors(sched.plugins.values(), named=sched.saturation_detector)
+    fc = build_flow_controller(cfg, sched.plugins, detectors)
+    policy = sched.plugins["program-aware-fairness"]
+    assert isinstance(policy, ProgramAwareFairness)
+    full = [endpoint("a", waiting_queue_size=9), endpoint("b", waiting_queue_size=9)]
+    free = [endpoint("a", waiting_queue_size=3), endpoint("b", waiting_queue_size=0)]
+
+    def order(enqueue: list[str]) -> list[str]:
+        done: list = []
+        for i, program in enumerate(enqueue):
+            fc.enqueue(FlowItem(f"{program}-{i}", 0, fairness_id=program, on_outcome=done.append))
+            fc.pump(full)  # saturated: everything waits
+        assert done == []
+        while len(done) < len(enqueue):
+            fc.pump(free)
+            for it in [d for d in done if d.outcome is Outcome.DISPATCHED and fc.unsettled]:
+                result = sched.schedule(request(prompt="hi", request_id=it.request_id), free)
+                assert result.profile_results["default"].target_endpoints[0].name == "b"  # the shorter queue
+                fc.settled(it)
+        return [d.request_id.split("-")[0] for d in done]
+
+    assert order(["heavy", "light"] * 3) == ["heavy", "light"] * 3  # no service yet: oldest head first
+    policy.response_usage(request(headers={FAIRNESS_ID_HEADER: "heavy"}), 1000, 500)  # 2,000 weighted tokens
+    assert policy.service("heavy") > 1900 and policy.service("light") == 0
+    assert order(["heavy", "light"] * 3) == ["light"] * 3 + ["heavy"] * 3
+

@@ -24,6 +24,7 @@ plugins:
 - type: queue-scorer
 - type: prefill-backlog-detector
   parameters: {{maxBacklogTokens: 50}}
+- type: program-aware-fairness
 schedulingProfiles:
 - name: default
   plugins: [{{pluginRef: queue-scorer}}]
@@ -32,7 +33,10 @@ flowControl:
   priorityBands:
   - priority: -1
     maxRequests: 1
+    fairnessPolicyRef: program-aware-fairness
 """
+# program-aware-fairness (one tenant: it picks like any policy) puts the gateway's usage reading on
+# every response of this module, streamed or not, and the answers must be as without it.
 HEADERS = {"x-gateway-inference-objective": "batch", "x-gateway-inference-fairness-id": "tenant-a"}
 QUEUED = 'inference_extension_flow_control_queue_size{{fairness_id="tenant-a",inference_pool="default",model_name="{m}",priority="-1",target_model_name="{m}"}}'  # noqa: E501
 DURATION_COUNT = 'inference_extension_flow_control_request_queue_duration_seconds_count{{fairness_id="tenant-a",inference_pool="default",model_name="{m}",outcome="{o}",priority="-1",target_model_name="{m}"}}'  # noqa: E501

@@ -1,0 +1,41 @@
+"""The token usage the gateway reads for `ResponseUsage` plugins, from a simulated vLLM pod's real
+answers over HTTP: a whole JSON body, a stream with `stream_options.include_usage`, and none from a
+stream without it."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from serve_app.usage import STREAM_TAIL_BYTES, usage_of_body, usage_of_stream
+from simulator import PodConfig, start_sim_pods_in_thread
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def url():
+    with start_sim_pods_in_thread([PodConfig(name="usage-0")]) as cluster:
+        yield f"http://127.0.0.1:{cluster.pods[0].port}"
+
+
+def test_a_whole_body_gives_its_usage(url):
+    body = {"model": MODEL, "prompt": "count the tokens of this prompt", "max_tokens": 7}
+    resp = httpx.post(url + "/v1/completions", json=body, timeout=30)
+    prompt, completion = usage_of_body(resp.content)
+    assert prompt > 0 and completion == resp.json()["usage"]["completion_tokens"] > 0
+
+
+def test_a_stream_gives_its_usage_only_when_asked_for(url):
+    def tail(extra: dict) -> bytes:
+        body = {"model": MODEL, "prompt": "stream me", "max_tokens": 40, "stream": True, **extra}
+        out = b""
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as resp:
+            for chunk in resp.iter_raw():
+                out = (out + chunk)[-STREAM_TAIL_BYTES:]
+        return out
+
+    usage = usage_of_stream(tail({"stream_options": {"include_usage": True}}))
+    assert usage is not None and usage[0] > 0 and usage[1] > 0
+    assert usage_of_stream(tail({})) is None
+    assert usage_of_body(b"not json") is None
