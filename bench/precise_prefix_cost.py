@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from bench.tokenizer_fixture import CORPUS, TokenizeServer, make_tokenizer
+from bench.workloads.common import random_words
 from scheduler.plugins.support.prefix import PrefixIndex, hash_prompt
 from scheduler.plugins.support.prefix.precise_index import PreciseIndex
 from scheduler.plugins.support.token_cache import PrefixTokenCache
@@ -30,14 +31,7 @@ BLOCK = 16
 
 def text_of(tokens: int, rng: random.Random) -> str:
     """About `tokens` * 4 characters of corpus words."""
-    words = " ".join(CORPUS).split()
-    out: list[str] = []
-    n = 0
-    while n < tokens * 4:
-        w = rng.choice(words)
-        out.append(w)
-        n += len(w) + 1
-    return " ".join(out)
+    return random_words(rng, " ".join(CORPUS).split(), tokens * 4)
 
 
 def us(samples: list[float]) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 
 from bench.tokenizer_fixture import CORPUS
-from bench.workloads.common import completion_request, poisson_arrivals, seeded
+from bench.workloads.common import completion_request, poisson_arrivals, random_words, seeded
 from bench.workloads.shared_prefix import CACHE_PRESSURE, SharedPrefixSpec
 from simulator import SimRequest
 
@@ -37,13 +37,7 @@ _WORDS = " ".join(CORPUS).split()
 
 def prose(rng: random.Random, chars: int) -> str:
     """`chars` characters of the tokenizer's own English words."""
-    out: list[str] = []
-    n = 0
-    while n < chars:
-        w = rng.choice(_WORDS)
-        out.append(w)
-        n += len(w) + 1
-    return " ".join(out)[:chars]
+    return random_words(rng, _WORDS, chars)
 
 
 def hex_text(rng: random.Random, chars: int) -> str:
