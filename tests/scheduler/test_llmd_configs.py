@@ -21,7 +21,12 @@ PD = ["pd-epp-config.yaml", "sim-pd-epp-config.yaml", "pd-topology-epp-config.ya
 EPD = ["sim-e-p-d-epp-config.yaml", "sim-e-pd-epp-config.yaml"]
 OTHER = ["probabilistic-admitter-epp-config.yaml", "soft-reflective-ceiling-epp-config.yaml"]
 # tests/scheduler/test_precise_prefix_producer.py and test_token_producer.py
-PRECISE = ["sim-epp-no-hit-lru.yaml", "sim-epp-kvcache-config.yaml", "sim-epp-tokenizer-vllm-http-config.yaml"]
+PRECISE = [
+    "sim-epp-no-hit-lru.yaml",
+    "sim-epp-kvcache-config.yaml",
+    "sim-epp-tokenizer-vllm-http-config.yaml",
+    "epp-precise-prefix-cache-config.yaml",
+]
 LONG = "the same long system prompt, repeated so it spans many cache blocks. " * 80
 
 
