@@ -16,11 +16,12 @@ import yaml
 from pydantic import ValidationError
 
 from actors.datastore import DatastoreActor
-from actors.options import ActorOptions, PodSpec, as_options, as_pod
+from actors.options import ActorOptions, PodSpec, as_options, as_pod, with_data_layer
 from actors.placement import affinity, placed_cpus, prefer_labels
 from actors.profile_actor import ProfileActor, config_digest
 from scheduler import EndpointPickerConfig, dump_config, load_config
 from scheduler.config.nesting import MAX_FILE_NESTING, nests_deeper_than
+from scheduler.config.sections import data_layer_actor_options
 
 __all__ = [
     "ActorOptions",
@@ -79,8 +80,8 @@ def start_epp_actors(
     profile actor holds a snapshot that includes that. `pod_sources` (actors/pod_source.py, e.g.
     `[{"kind": "file", "path": ...}]`) are run by a new datastore, placed on this node so that it
     reads the same files; a reused one keeps its own. Needs `ray.init()` first."""
-    opts = as_options(options)
     cfg = load_config(config)
+    opts = with_data_layer(as_options(options), data_layer_actor_options(cfg))
     specs = [as_pod(p) for p in pods]
     ns = namespace or ray.get_runtime_context().namespace
     deadline = time.monotonic() + timeout_s

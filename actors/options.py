@@ -154,6 +154,20 @@ class ActorOptions(BaseModel):
         return v
 
 
+def with_data_layer(options: ActorOptions, data_layer: dict[str, Any]) -> ActorOptions:
+    """The options with the config's data-layer settings (`scheduler.config.data_layer_actor_options`:
+    the metrics source's path and interval, the extractor's engine configs) where the options leave
+    them at their defaults; a field both set to different values is a ValueError naming it."""
+    update: dict[str, Any] = {}
+    for field, value in data_layer.items():
+        if field in options.model_fields_set and getattr(options, field) != value:
+            raise ValueError(
+                f"actor option {field}={getattr(options, field)!r} contradicts the config's data layer ({value!r})"
+            )
+        update[field] = value
+    return ActorOptions.model_validate({**options.model_dump(exclude_unset=True), **update}) if update else options
+
+
 def as_options(options: ActorOptions | dict[str, Any] | None) -> ActorOptions:
     if options is None:
         return ActorOptions()

@@ -1,9 +1,11 @@
 """What precise prefix routing costs per request, against the approximate index at the same prompt
 lengths: the lookup (block keys + the index walk, with a pod holding the whole prompt among 16
-pods), and the token producer's added latency, cold (a new prefix) and hot (a cached prefix, a new
-rest), for a local tokenizer.json and for vLLM's /tokenize over HTTP on 127.0.0.1 (a real server
-with the same tokenizer). Tokens per character follow the bench tokenizer (a small BPE: more tokens
-per character than a real model's, so token counts are upper bounds for the lengths given).
+pods; the precise keys from the tokens alone, and with the shared prefix's keys kept on the token
+cache's run, as the token producer hands them over), and the token producer's added latency, cold
+(a new prefix) and hot (a cached prefix, a new rest), for a local tokenizer.json and for vLLM's
+/tokenize over HTTP on 127.0.0.1 (a real server with the same tokenizer). Tokens per character
+follow the bench tokenizer (a small BPE: more tokens per character than a real model's, so token
+counts are upper bounds for the lengths given).
 
     python -m bench.precise_prefix_cost [--lengths 1000,4000,16000] [--reps 200]
 """
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 from bench.tokenizer_fixture import CORPUS, TokenizeServer, make_tokenizer
+from bench.workloads.common import random_words
 from scheduler.plugins.support.prefix import PrefixIndex, hash_prompt
 from scheduler.plugins.support.prefix.precise_index import PreciseIndex
 from scheduler.plugins.support.token_cache import PrefixTokenCache
@@ -30,14 +33,7 @@ BLOCK = 16
 
 def text_of(tokens: int, rng: random.Random) -> str:
     """About `tokens` * 4 characters of corpus words."""
-    words = " ".join(CORPUS).split()
-    out: list[str] = []
-    n = 0
-    while n < tokens * 4:
-        w = rng.choice(words)
-        out.append(w)
-        n += len(w) + 1
-    return " ".join(out)
+    return random_words(rng, " ".join(CORPUS).split(), tokens * 4)
 
 
 def us(samples: list[float]) -> str:
@@ -45,31 +41,43 @@ def us(samples: list[float]) -> str:
 
 
 def lookup_costs(length: int, tok: LocalTokenizer, reps: int, block: int) -> dict[str, str]:
-    """Both indexes with `block`-token blocks (the approximate one's are 4 characters a token)."""
+    """Both indexes with `block`-token blocks (the approximate one's are 4 characters a token),
+    over `reps` prompts that share one long prefix and differ in a short question. The precise
+    side twice: keys from the tokens alone (every prompt hashed whole), and with the token
+    cache's runs (the shared prefix's keys kept on its run: each prompt hashes only its rest)."""
     rng = random.Random(length)
     text = text_of(length, rng)
-    ids = tok.encode(text, True)
     approx, precise = PrefixIndex(), PreciseIndex(block, default_capacity=100_000)
     for p in range(PODS):  # every pod holds some other prompt; pod 0 holds this one too
         other = text_of(length, rng)
         approx.add(hash_prompt(other, "m", block, 2048), f"pod-{p}")
         precise.blocks.add(precise.keys(tok.encode(other, True)), f"pod-{p}", 100_000)
     approx.add(hash_prompt(text, "m", block, 2048), "pod-0")
-    precise.blocks.add(precise.keys(ids), "pod-0", 100_000)
-    a, pr = [], []
-    for _ in range(reps):
+    precise.blocks.add(precise.keys(tok.encode(text, True)), "pod-0", 100_000)
+    cache = PrefixTokenCache()
+    prompts = [f"{text} question {i}?" for i in range(reps)]
+    runs = [cache.run(p, tok.encode, tok.encode_offsets) for p in prompts]  # tokenizing is timed apart
+    max_blocks = 131072 // block
+    a, whole, kept = [], [], []
+    for prompt, run in zip(prompts, runs, strict=True):
         t0 = time.perf_counter()
-        approx.match(hash_prompt(text, "m", block, 131072 // block))
+        approx.match(hash_prompt(prompt, "m", block, max_blocks))
         t1 = time.perf_counter()
-        precise.match(precise.keys(ids, 131072 // block))
+        precise.match(precise.keys(run.ids, max_blocks))
         t2 = time.perf_counter()
+        precise.match(precise.keys(run.ids, max_blocks, run))
+        t3 = time.perf_counter()
         a.append(t1 - t0)
-        pr.append(t2 - t1)
+        whole.append(t2 - t1)
+        kept.append(t3 - t2)
+    base = statistics.median(a)
     return {
-        "tokens": str(len(ids)),
+        "tokens": str(len(runs[0].ids)),
         "approx": us(a),
-        "precise": us(pr),
-        "ratio": f"{statistics.median(pr) / statistics.median(a):.2f}",
+        "precise": us(whole),
+        "ratio": f"{statistics.median(whole) / base:.2f}",
+        "kept": us(kept),
+        "kept_ratio": f"{statistics.median(kept) / base:.2f}",
     }
 
 
@@ -104,13 +112,14 @@ def main() -> None:
         tok = LocalTokenizer(path)
         print(
             "lookup, µs p50, 16 pods    block  precise tokens  approx (hash text + walk)  precise (keys + walk)  ratio"
+            "  precise, kept keys  ratio"
         )
         for block in (16, 64):
             for n in lengths:
                 r = lookup_costs(n, tok, args.reps, block)
                 print(
                     f"  ~{n * 4:>6} chars  {block:>10}  {r['tokens']:>14}  {r['approx']:>25}  {r['precise']:>21}  "
-                    f"{r['ratio']:>5}"
+                    f"{r['ratio']:>5}  {r['kept']:>18}  {r['kept_ratio']:>5}"
                 )
         with TokenizeServer(path) as server:
             http = VLLMHttpTokenizer(server.url, "m", 5.0, 30.0)

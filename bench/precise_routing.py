@@ -5,6 +5,12 @@ events (kvevents, in virtual time) to the precise policy; every policy sees the 
     python -m bench.precise_routing [--scenarios shared-prefix,shared-prefix-llmd,cache-pressure]
         [--rate 0.9] [--capacity shared-prefix=152.8,...] [--duration 20] [--seed 0]
 
+Besides `epp bench`'s scenarios, `cache-pressure-drift` (bench/workloads/drift.py): cache-pressure
+on pods that tokenize with a real tokenizer, prose and hex content, chat requests. There the
+precise policy tokenizes with a `token-producer` reading the same tokenizer.json (as a gateway
+configured with the model's tokenizer does); without a tokenizer it takes the ids a pod's
+`/tokenize` would answer.
+
 `--rate` is a fraction of the scenario's capacity (round-robin's, from `--capacity` or the last
 `epp bench` result in bench/results, else calibrated). Prints TTFT p50/p90/p99, throughput, prefix
 hit rate, and how often each index's predicted cached tokens for the chosen pod were right (within
@@ -18,13 +24,44 @@ import json
 import os
 from pathlib import Path
 
-from bench.policies import make_policy
+import yaml
+
+from bench.policies import SchedulerRouter, config_path, make_policy
 from bench.runner import calibrate
-from bench.scenarios import build_scenarios
-from simulator import ClusterSim
+from bench.scenarios import NEAR_SATURATION, Scenario, build_scenarios
+from bench.tokenizer_fixture import fixture_tokenizer
+from bench.workloads import CACHE_PRESSURE, CACHE_PRESSURE_POD_BLOCKS
+from bench.workloads.drift import drift_workload
+from scheduler import load_config
+from simulator import ClusterSim, make_pod_configs
 
 POLICIES = ("epp-default", "epp-precise", "sglang-cache-aware")
+PRECISE = "epp-precise"
 RESULTS = Path(__file__).parent / "results"
+
+
+def drift_scenario() -> Scenario:
+    return Scenario(
+        name="cache-pressure-drift",
+        title="Cache pressure, real tokenizer, prose and hex content (chat)",
+        description="bench/workloads/drift.py",
+        pods=lambda: make_pod_configs(8, num_gpu_blocks=CACHE_PRESSURE_POD_BLOCKS, tokenizer=str(fixture_tokenizer())),
+        workload=lambda rate, seed, n: drift_workload(rate, seed, n, CACHE_PRESSURE),
+        fractions=(NEAR_SATURATION,),
+        policies=POLICIES,
+        duration_s=40,
+    )
+
+
+def scenarios() -> dict[str, Scenario]:
+    return {**build_scenarios(), "cache-pressure-drift": drift_scenario()}
+
+
+def precise_router(tokenizer: str, seed: int) -> SchedulerRouter:
+    """bench/configs/precise.yaml with a token-producer on the pods' tokenizer.json."""
+    data = yaml.safe_load(config_path(PRECISE).read_text())
+    data["plugins"].insert(0, {"type": "token-producer", "parameters": {"local": {"tokenizerPath": tokenizer}}})
+    return SchedulerRouter(load_config(data), seed=seed)
 
 
 def capacity_of(name: str, given: dict[str, float], seed: int) -> float:
@@ -33,17 +70,18 @@ def capacity_of(name: str, given: dict[str, float], seed: int) -> float:
     path = RESULTS / f"{name}.json"
     if path.is_file():
         return float(json.loads(path.read_text())["capacity"]["request_rate"])
-    return float(calibrate(build_scenarios()[name], seed=seed)["request_rate"])
+    return float(calibrate(scenarios()[name], seed=seed)["request_rate"])
 
 
 def run(scenario_name: str, rate_x: float, capacity: float, duration: float, seed: int) -> list[dict]:
-    scenario = build_scenarios()[scenario_name]
+    scenario = scenarios()[scenario_name]
     scenario.duration_s = duration
     rate = rate_x * capacity
+    tokenizer = scenario.pods()[0].tokenizer
     rows = []
     for policy in POLICIES:
         requests = scenario.run_workload(rate, seed)  # the same seed: the same requests for every policy
-        router = make_policy(policy, seed)
+        router = precise_router(tokenizer, seed) if policy == PRECISE and tokenizer else make_policy(policy, seed)
         report = ClusterSim(scenario.pods(), router, seed=seed).run(requests)
         pred = getattr(router, "predictions", None)
         rows.append(
@@ -75,7 +113,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     given = {k: float(v) for k, v in (kv.split("=") for kv in args.capacity.split(",") if kv)}
-    known = build_scenarios()
+    known = scenarios()
     print(f"load average {os.getloadavg()[0]:.2f}")
     print(
         "| scenario | policy | req/s | TTFT p50 s | p90 s | p99 s | output tok/s | prefix hit | predicted right "
@@ -86,7 +124,9 @@ def main() -> None:
         if name not in known:
             print(f"| {name} | (no such scenario here) |")
             continue
-        for r in run(name, args.rate, capacity_of(name, given, args.seed), args.duration, args.seed):
+        capacity = capacity_of(name, given, args.seed)
+        print(f"{name}: capacity {capacity:.1f} req/s (round-robin), load average {os.getloadavg()[0]:.2f}", flush=True)
+        for r in run(name, args.rate, capacity, args.duration, args.seed):
             right = "n/a" if r["predicted_right"] is None else f"{r['predicted_right']:.2f}"
             cached = "n/a" if r["predicted_right_cached"] is None else f"{r['predicted_right_cached']:.2f}"
             print(

@@ -35,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from bench.workloads.common import random_words
 from scheduler import (
     Endpoint,
     EndpointPickerConfig,
@@ -59,13 +60,7 @@ WORDS = [
 
 
 def text(rng: random.Random, size: int) -> str:
-    out: list[str] = []
-    n = 0
-    while n < size:
-        w = rng.choice(WORDS)
-        out.append(w)
-        n += len(w) + 1
-    return " ".join(out)[:size]
+    return random_words(rng, WORDS, size)
 
 
 def make_endpoints(n: int, rng: random.Random) -> list[Endpoint]:

@@ -5,6 +5,7 @@ tokenizer.json with a tokenizer_config.json carrying a chat template; and a real
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,6 +35,17 @@ def make_tokenizer(directory: Path) -> Path:
     config = {"chat_template": CHAT_TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"}
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
     return path
+
+
+_FIXTURE: list[Path] = []
+
+
+def fixture_tokenizer() -> Path:
+    """The bench tokenizer's tokenizer.json, made once per process in a temporary directory (the
+    training is deterministic: every process gets the same file)."""
+    if not _FIXTURE:
+        _FIXTURE.append(make_tokenizer(Path(tempfile.mkdtemp(prefix="epp-bench-tokenizer-"))))
+    return _FIXTURE[0]
 
 
 class TokenizeServer:

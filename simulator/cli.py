@@ -33,6 +33,8 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument("--pods-json", type=Path, default=None, help="also write the pod list here")
     parser.add_argument("--kv-events", action="store_true",
                         help="every pod publishes vLLM KV events on ZMQ (ports in the pod list's kvEvents)")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="a tokenizer.json every pod tokenizes with (default: 4 characters a token)")
     return parser
 
 
@@ -43,6 +45,10 @@ def pod_configs_from_args(args: argparse.Namespace) -> list[PodConfig]:
         pods = load_pod_configs(args.config.read_text(), default_count=args.pods)
     if getattr(args, "kv_events", False):
         pods = [p.model_copy(update={"kv_events": True}) for p in pods]
+    if getattr(args, "tokenizer", None) is not None:
+        if not args.tokenizer.is_file():
+            raise ValueError(f"--tokenizer {str(args.tokenizer)!r} is not a file")
+        pods = [p.model_copy(update={"tokenizer": str(args.tokenizer)}) for p in pods]
     return pods
 
 

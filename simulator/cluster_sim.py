@@ -367,13 +367,18 @@ class _Run:
         p = self.sim.pod_index(p_name) if p_name is not None and p_name != d_name else -1
         first = p if p >= 0 else d
         eng = self.engines[first]
-        problem = _refusal(eng, req) or (_refusal(self.engines[d], req) if p >= 0 else None)
+        try:
+            prompt = eng.engine_prompt(req.prompt, req.body.get("messages"))
+        except ValueError as e:  # a pod with a tokenizer but no chat template: vLLM's 400
+            prompt, problem = [], str(e)
+        else:
+            problem = _refusal(eng, req, prompt) or (_refusal(self.engines[d], req, prompt) if p >= 0 else None)
         if problem is not None:
             res = RequestResult(req.request_id, req.model, REJECTED, req.arrival_time, pod=eng.name, error=problem)
             self._record(res, req, counted=False)
             return
         er = eng.new_request(
-            req.request_id, req.prompt, req.max_tokens, now, lora=_lora(eng, req.model),
+            req.request_id, prompt, req.max_tokens, now, lora=_lora(eng, req.model),
             ignore_eos=req.ignore_eos, output_len=req.output_tokens, remote_decode=p >= 0,
         )  # fmt: skip
         er.sink = _Flight(req, d, p)
@@ -396,8 +401,9 @@ class _Run:
         req = fl.req
         if fl.prefill_er is None and fl.prefill >= 0:  # prefill half done: hand the KV to the decoder
             dec = self.engines[fl.decode]
+            prompt = dec.engine_prompt(req.prompt, req.body.get("messages"))
             d_er = dec.new_request(
-                req.request_id, req.prompt, req.max_tokens, now, lora=_lora(dec, req.model),
+                req.request_id, prompt, req.max_tokens, now, lora=_lora(dec, req.model),
                 ignore_eos=req.ignore_eos, output_len=req.output_tokens, remote_prefill=True,
             )  # fmt: skip
             d_er.sink = _Flight(req, fl.decode, fl.prefill, er)
@@ -437,13 +443,13 @@ class _Run:
         return SimReport(self.results, pods, duration, wall_s)
 
 
-def _refusal(engine: Engine, req: SimRequest) -> str | None:
-    """Why a pod would answer 400/404 to this request, or None."""
+def _refusal(engine: Engine, req: SimRequest, prompt: Prompt) -> str | None:
+    """Why a pod would answer 400/404 to this request (`prompt` as the pod sees it), or None."""
     try:
         engine.resolve_model(req.model)
     except KeyError:
         return f"The model `{req.model}` does not exist."
-    problem = engine.check(req.prompt_tokens, req.max_tokens)
+    problem = engine.check(count_tokens(prompt), req.max_tokens)
     return problem[0] if problem else None
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,8 @@ from simulator.config import PodConfig
 from simulator.kv_cache import KVCache
 from simulator.lora import LoraSlots
 from simulator.timing import StepCost
-from simulator.tokens import Prompt, block_hashes, count_tokens, token_ids, vllm_hasher
+from simulator.tokenizer import PodTokenizer, pod_tokenizer
+from simulator.tokens import Prompt, block_hashes, count_tokens, flatten_messages, token_ids, vllm_hasher
 
 WAITING, TRANSFERRING, RUNNING, FINISHED, ABORTED = range(5)
 
@@ -83,6 +85,7 @@ class Engine:
         self.max_batched = cfg.max_num_batched_tokens
         self.kv = KVCache(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching)
         self.hasher: BlockHasher | None = None
+        self.tokenizer: PodTokenizer | None = pod_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
         if cfg.kv_events:
             self.enable_kv_events()
         self.lora = LoraSlots(cfg.max_loras)
@@ -146,6 +149,20 @@ class Engine:
         if model in self.adapters and self.lora.max_loras > 0:
             return model
         raise KeyError(model)
+
+    def engine_prompt(
+        self, prompt: Prompt | None, messages: Sequence[Any] | None = None, special: bool = True
+    ) -> Prompt:
+        """The prompt as this pod sees it. With a tokenizer: its real token ids (chat messages
+        rendered with the tokenizer's chat template; `special`: a text prompt gets the tokens the
+        tokenizer adds), ValueError if it can not render them. Without: the prompt as given (chat
+        messages flattened), 4 characters a token."""
+        tok = self.tokenizer
+        if tok is None:
+            return prompt if prompt is not None else flatten_messages(messages or [])
+        if messages is not None:
+            return tok.chat_ids(messages)
+        return tok.encode(prompt, special) if isinstance(prompt, str) else list(prompt or [])
 
     def check(self, prompt_tokens: int, max_tokens: int) -> tuple[str, str] | None:
         """vLLM's admission errors (a 400) as (message, offending parameter), or None."""

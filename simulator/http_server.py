@@ -29,7 +29,7 @@ from simulator.metrics import PodMetrics
 from simulator.openai_api import ChatBody, CompletionBody, LoraLoadBody, error_body, validation_error
 from simulator.pod_kv import PodKVEvents, reset_prefix_cache, tokenize
 from simulator.text import fake_tokens
-from simulator.tokens import Prompt, count_tokens, flatten_messages
+from simulator.tokens import Prompt, count_tokens
 
 POD_HEADER = "x-inference-pod"
 log = logging.getLogger(__name__)
@@ -254,17 +254,20 @@ class SimPod:
         except KeyError:
             raise _BadRequest(404, f"The model `{body.model}` does not exist.", "model") from None
         prompt: Prompt
-        if isinstance(body, ChatBody):
-            prompt = flatten_messages(body.messages)
-            max_tokens = body.max_completion_tokens or body.max_tokens or self.cfg.default_max_tokens
-        else:
-            raw = body.prompt
-            if isinstance(raw, list) and raw and isinstance(raw[0], str):
-                if len(raw) != 1:
-                    raise _BadRequest(400, "The simulator accepts one prompt per request.", "prompt")
-                raw = raw[0]
-            prompt = raw  # type: ignore[assignment]
-            max_tokens = body.max_tokens or self.cfg.default_max_tokens
+        try:
+            if isinstance(body, ChatBody):
+                prompt = self.engine.engine_prompt(None, body.messages)
+                max_tokens = body.max_completion_tokens or body.max_tokens or self.cfg.default_max_tokens
+            else:
+                raw = body.prompt
+                if isinstance(raw, list) and raw and isinstance(raw[0], str):
+                    if len(raw) != 1:
+                        raise _BadRequest(400, "The simulator accepts one prompt per request.", "prompt")
+                    raw = raw[0]
+                prompt = self.engine.engine_prompt(raw)  # type: ignore[arg-type]
+                max_tokens = body.max_tokens or self.cfg.default_max_tokens
+        except ValueError as exc:  # a tokenizer without a chat template
+            raise _BadRequest(400, str(exc), "messages") from None
         problem = self.engine.check(count_tokens(prompt), max_tokens)
         if problem:
             raise _BadRequest(400, *problem)

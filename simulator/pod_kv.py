@@ -18,7 +18,7 @@ from aiohttp import web
 
 from kvevents import AllBlocksCleared, KVEventBatch, ZmqEventPublisher
 from simulator.engine import Engine
-from simulator.tokens import flatten_messages, token_ids
+from simulator.tokens import token_ids
 
 
 class PodKVEvents:
@@ -48,8 +48,9 @@ def _error(status: int, message: str, kind: str = "BadRequestError") -> web.Resp
 
 
 async def tokenize(engine: Engine, request: web.Request) -> web.Response:
-    """vLLM's POST /tokenize: `{"model", "prompt"}` or `{"model", "messages"}` (chat template
-    applied) -> `{"count", "max_model_len", "tokens", "token_strs"}`."""
+    """vLLM's POST /tokenize: `{"model", "prompt", "add_special_tokens"}` or `{"model",
+    "messages"}` (chat template applied) -> `{"count", "max_model_len", "tokens", "token_strs"}`;
+    the pod's own tokenizer when it has one."""
     try:
         data = await request.json()
     except ValueError:
@@ -66,7 +67,7 @@ async def tokenize(engine: Engine, request: web.Request) -> web.Response:
         messages = data["messages"]
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             return _error(400, "messages must be a list of objects.")
-        prompt: Any = flatten_messages(messages)
+        prompt: Any = None
     elif "prompt" in data:
         prompt = data["prompt"]
         if not isinstance(prompt, str) and not (
@@ -75,7 +76,11 @@ async def tokenize(engine: Engine, request: web.Request) -> web.Response:
             return _error(400, "prompt must be a string or a list of token ids.")
     else:
         return _error(400, "Either prompt or messages is required.")
-    tokens = token_ids(prompt)
+    special = data.get("add_special_tokens", True)
+    try:
+        tokens = token_ids(engine.engine_prompt(prompt, data.get("messages"), special is not False))
+    except ValueError as e:  # a tokenizer without a chat template
+        return _error(400, str(e))
     return web.json_response(
         {"count": len(tokens), "max_model_len": engine.cfg.max_model_len, "tokens": tokens, "token_strs": None}
     )

@@ -67,18 +67,24 @@ def _content_text(content: Any) -> str:
     return "".join(parts)
 
 
-def flatten_messages(messages: Sequence[Any]) -> str:
-    """Chat messages -> one prompt text, Llama-3 template style, ending with the assistant header.
-
-    Accepts dicts or objects with `role` / `content` attributes (the pydantic HTTP models).
-    """
-    out: list[str] = ["<|begin_of_text|>"]
+def message_parts(messages: Sequence[Any]) -> list[tuple[str, str]]:
+    """Chat messages as (role, text) pairs; dicts or objects with `role` / `content` attributes
+    (the pydantic HTTP models)."""
+    out: list[tuple[str, str]] = []
     for m in messages:
         if isinstance(m, dict):
             role, content = m.get("role", "user"), m.get("content")
         else:
             role, content = m.role, m.content
-        out.append(f"<|start_header_id|>{role}<|end_header_id|>\n\n{_content_text(content)}<|eot_id|>")
+        out.append((str(role), _content_text(content)))
+    return out
+
+
+def flatten_messages(messages: Sequence[Any]) -> str:
+    """Chat messages -> one prompt text, Llama-3 template style, ending with the assistant header."""
+    out: list[str] = ["<|begin_of_text|>"]
+    for role, text in message_parts(messages):
+        out.append(f"<|start_header_id|>{role}<|end_header_id|>\n\n{text}<|eot_id|>")
     out.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
     return "".join(out)
 

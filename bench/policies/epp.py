@@ -27,8 +27,9 @@
   "prefill"), the answer is (prefill pod, decode pod).
 * KV events: when the config has a KVEventSink (`precise-prefix-cache-producer`), the router has
   `on_kv_events`, so the simulation turns its pods' events on and delivers each step's batch in
-  virtual time (a pod is `live` from its first batch); each request carries the token ids the
-  simulated pod's `/tokenize` answers (`simulator.tokens.token_ids`).
+  virtual time (a pod is `live` from its first batch); each request carries the token ids a
+  simulated pod without a tokenizer sees (`simulator.tokens.token_ids`), unless the config has a
+  `token-producer`, which then tokenizes as in the gateway (pods with a `tokenizer` need one).
 * Predictions: for every completed request, the prefix match the scheduler attached to its target
   (PREFIX_MATCH_KEY) against the tokens the pod really served from its cache (`predictions`:
   right within one block / total)."""
@@ -46,6 +47,7 @@ from scheduler.errors import ErrorCode
 from scheduler.flowcontrol.controller import build_flow_controller
 from scheduler.flowcontrol.types import DEFAULT_FAIRNESS_ID, FAIRNESS_ID_HEADER, FlowItem, Outcome
 from scheduler.interfaces import kv_event_sinks
+from scheduler.plugins.producers.precise_prefix import TOKEN_PRODUCER
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
 from scheduler.plugins.support.prefix.precise_index import LIVE
 from scheduler.plugins.support.tokenized import set_memo_tokens
@@ -95,6 +97,8 @@ class SchedulerRouter:
         self.kv_sinks = kv_event_sinks(list(self.scheduler.plugins.values()))
         if self.kv_sinks:
             self.on_kv_events = self._on_kv_events  # the simulation delivers events only when this exists
+        producers = {getattr(p, "type_name", "") for p in self.scheduler.plugins.values()}
+        self.sim_tokens = bool(self.kv_sinks) and TOKEN_PRODUCER not in producers
         self._live: set[str] = set()
         self._predicted: dict[str, tuple[int, int]] = {}  # request id -> (predicted tokens, block size)
         # right / total over completed requests; *_cached: only those predicted or served with a cache hit
@@ -131,7 +135,7 @@ class SchedulerRouter:
             headers=dict(request.headers),
             priority=request.priority,
         )
-        if self.kv_sinks and isinstance(request.prompt, (str, list)):
+        if self.sim_tokens and isinstance(request.prompt, (str, list)):
             set_memo_tokens(req, token_ids(request.prompt))
         if self.flow is not None:
             return self._enqueue(request, req, endpoints)

@@ -7,6 +7,7 @@ generator against a real gateway (the body is what it would POST at `arrival_tim
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from simulator import DEFAULT_MODEL, SimRequest
@@ -18,6 +19,7 @@ __all__ = [
     "completion_request",
     "poisson_arrivals",
     "random_text",
+    "random_words",
     "zipf_weights",
 ]
 
@@ -45,6 +47,17 @@ def completion_request(
     else:
         body["prompt"] = prompt
     return SimRequest.from_body(f"req-{index}", arrival, body, priority=priority, output_tokens=output_tokens)
+
+
+def random_words(rng: random.Random, words: Sequence[str], chars: int) -> str:
+    """`chars` characters of words drawn at random, space-separated (the last one cut)."""
+    out: list[str] = []
+    n = 0
+    while n < chars:
+        w = rng.choice(words)
+        out.append(w)
+        n += len(w) + 1
+    return " ".join(out)[:chars]
 
 
 def seeded(seed: int, name: str) -> random.Random:

@@ -116,6 +116,6 @@ class EndpointPickerConfig(_Strict):
 
     def plugin_spec(self, name: str) -> PluginSpec | None:
         for spec in self.plugins:
-            if spec.name == name:
+            if (spec.name or spec.type) == name:  # an unnamed plugin is named after its type
                 return spec
         return None

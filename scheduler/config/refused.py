@@ -16,8 +16,9 @@ _TOKENS = (
 )
 _DCGM = "it reads GPU metrics from an NVIDIA DCGM exporter, which Ray EPP does not scrape"
 _DATA_LAYER = (
-    "Ray EPP's metrics actors scrape each pod's /metrics themselves (engine metric names in the "
-    "gateway settings); data-layer sources and extractors are not configurable plugins here"
+    "Ray EPP's data layer is its metrics actors (`metrics-data-source` + `core-metrics-extractor`) and its "
+    "profile actors' KV-event feeds (`endpoint-notification-source` for `precise-prefix-cache-producer`); "
+    "other data-layer sources and extractors are not run here"
 )
 _DISCOVERY = "Ray EPP's pods come from its pods file and pod sources (`epp pods`), not a discovery plugin"
 _FLOW_CONTROL = (
@@ -43,9 +44,6 @@ REFUSED: dict[str, str] = {
     # GPU telemetry and the configurable data layer.
     "dcgm-data-source": _DCGM,
     "dcgm-extractor": _DCGM,
-    "metrics-data-source": _DATA_LAYER,
-    "core-metrics-extractor": _DATA_LAYER,
-    "endpoint-notification-source": _DATA_LAYER,
     "k8s-notification-source": _DATA_LAYER,
     "models-data-source": _DATA_LAYER,
     "models-data-extractor": _DATA_LAYER,

@@ -56,7 +56,7 @@ def config_report(source: str | dict) -> ConfigReport:
         if cls is not None:
             classes[name] = cls
             roles = roles_of(cls)
-            what = ", ".join(roles) if roles else "no scheduling role (read by other plugins or the gateway)"
+            what = ", ".join(roles) if roles else "no scheduling role (read by other plugins, gateway or actors)"
             report.lines.append(ReportLine(where, "runs", what))
         elif (why := refusal(spec.type)) is not None:
             report.lines.append(ReportLine(where, "refused", why))

@@ -9,11 +9,12 @@ accepted and then ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.config.flow_control import FEATURE_GATE, FlowControlSpec, parse_feature_gates
 from scheduler.config.models import EndpointPickerConfig
 from scheduler.config.refused import REFUSED
-from scheduler.interfaces import Plugin, SaturationDetector
+from scheduler.interfaces import KVEventSink, Plugin, SaturationDetector
 
 # llm-d's feature gates (cmd/epp/runner/runner.go registers these two): None accepts the gate, a
 # string is why it is refused.
@@ -27,6 +28,8 @@ GATE_NOTES = {
     "haPopulateNonLeaderDatastore": "every gateway replica reads the one datastore actor, so every replica "
     "has the pool, which is what the gate asks of llm-d's non-leader replicas (on by default there too)",
 }
+METRICS_SOURCE, METRICS_EXTRACTOR = "metrics-data-source", "core-metrics-extractor"
+ENDPOINT_NOTIFICATIONS = "endpoint-notification-source"
 # Parser plugin types the gateway is: it parses OpenAI completions and chat completions itself.
 PARSER_TYPES = frozenset({"openai-parser"})
 
@@ -44,7 +47,7 @@ def section_statuses(cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]]
     out += _feature_gates(cfg)
     out += _saturation_detector(cfg, classes)
     out += _flow_control(cfg)
-    out += _data_layer(cfg)
+    out += _data_layer(cfg, classes)
     out += _parsers(cfg, classes)
     return out
 
@@ -109,7 +112,7 @@ def _flow_control(cfg: EndpointPickerConfig) -> list[SectionStatus]:
     return out
 
 
-def _data_layer(cfg: EndpointPickerConfig) -> list[SectionStatus]:
+def _data_layer(cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]]) -> list[SectionStatus]:
     dl = cfg.data_layer
     if dl is None:
         return []
@@ -119,9 +122,13 @@ def _data_layer(cfg: EndpointPickerConfig) -> list[SectionStatus]:
     elif dl.inject_defaults is False:
         why = "false can not be honoured: Ray EPP always scrapes each pod's metrics"
         out.append(SectionStatus("dataLayer.injectDefaults", False, why))
+    metrics_sources = 0
     for i, source in enumerate(dl.sources):
         field = f"dataLayer.sources[{i}] {source.plugin_ref!r}"
-        out.append(SectionStatus(field, False, REFUSED["metrics-data-source"]))
+        kind = _type_of(classes, source.plugin_ref)
+        metrics_sources += kind == METRICS_SOURCE
+        out.append(_source_status(cfg, classes, field, source.plugin_ref, kind,
+                                  [e.plugin_ref for e in source.extractors], metrics_sources))  # fmt: skip
     if dl.discovery is not None:
         out.append(SectionStatus("dataLayer.discovery", False, REFUSED["file-discovery"]))
     for key, value in (
@@ -132,6 +139,57 @@ def _data_layer(cfg: EndpointPickerConfig) -> list[SectionStatus]:
         if value is not None:
             why = "gateway replicas share the pool and plugin state through actors, not by syncing with peer EPPs"
             out.append(SectionStatus(f"dataLayer.{key}", False, why))
+    return out
+
+
+def _source_status(
+    cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]], field: str, ref: str, kind: str | None,
+    extractors: list[str], metrics_sources: int,
+) -> SectionStatus:  # fmt: skip
+    """A source is accepted when Ray EPP's actors are that source with those extractors."""
+    if kind is None:
+        return SectionStatus(field, False, _missing(cfg, ref))
+    bad = next((e for e in extractors if _type_of(classes, e) is None), None)
+    if bad is not None:
+        return SectionStatus(field, False, f"extractor {_missing(cfg, bad)}")
+    if kind == METRICS_SOURCE:
+        if metrics_sources > 1:
+            return SectionStatus(field, False, "a second metrics source: the metrics actors scrape each pod once")
+        wrong = [e for e in extractors if _type_of(classes, e) != METRICS_EXTRACTOR]
+        if wrong:
+            why = f"extractor {wrong[0]!r}: a metrics source's extractor here is {METRICS_EXTRACTOR!r}"
+            return SectionStatus(field, False, why + " (the metrics actors' mapping of engine metrics)")
+        mapping = repr(extractors[0]) if extractors else "the default mapping"
+        why = f"the metrics actors scrape every pod with its parameters and map the engine metrics with {mapping}"
+        return SectionStatus(field, True, why)
+    if kind == ENDPOINT_NOTIFICATIONS:
+        wrong = [e for e in extractors if not issubclass(classes[e], KVEventSink)]
+        if wrong:
+            why = f"extractor {wrong[0]!r}: endpoint notifications reach KV-event sinks here"
+            return SectionStatus(field, False, why + " (the profile actors follow each pod's events), nothing else")
+        sinks = ", ".join(map(repr, extractors)) or "every KV-event sink"
+        why = f"the profile actors subscribe to each pod's KV events for {sinks} as pods join and leave"
+        return SectionStatus(field, True, why)
+    return SectionStatus(field, False, f"plugin {ref!r} (type {kind}) is not a data source Ray EPP runs")
+
+
+def _type_of(classes: dict[str, type[Plugin]], name: str) -> str | None:
+    cls = classes.get(name)
+    return cls.type_name if cls is not None else None
+
+
+def data_layer_actor_options(cfg: EndpointPickerConfig) -> dict[str, Any]:
+    """The ActorOptions fields the config's `metrics-data-source` and `core-metrics-extractor` set
+    (metrics_path, refresh_interval_s, metrics_extractor), from their parameters; {} without them.
+    The config is a loaded one, so the parameters are valid."""
+    from scheduler.registry import plugin_class
+
+    out: dict[str, Any] = {}
+    for spec in cfg.plugins:
+        if spec.type in (METRICS_SOURCE, METRICS_EXTRACTOR):
+            cls = plugin_class(spec.type)
+            assert cls is not None
+            out.update(cls.actor_options(cls.Parameters.model_validate(spec.parameters or {})))  # type: ignore[attr-defined]
     return out
 
 

@@ -6,7 +6,7 @@ import pkgutil
 
 for _kind in (
     "producers", "filters", "scorers", "pickers", "handlers", "deciders", "detectors", "parsers", "flowcontrol",
-    "responders",
+    "responders", "datalayer",
 ):  # fmt: skip
     _package = importlib.import_module(f"{__name__}.{_kind}")
     for _module in pkgutil.iter_modules(_package.__path__):

@@ -40,17 +40,31 @@ schedulingProfiles:
 """
 
 
+def pod_specs(sim, publishing: str, pub: ZmqEventPublisher) -> list[PodSpec]:
+    """The simulated pods, `publishing`'s KV events at `pub` (the others at llm-d's default port)."""
+    pods = []
+    for p in sim.pods:
+        spec = {"name": p.name, "address": p.address, "port": p.port, "labels": p.labels}
+        if p.name == publishing:
+            spec["kvEvents"] = {"endpoint": pub.endpoint, "replay": pub.replay_endpoint}
+        pods.append(PodSpec(**spec))
+    return pods
+
+
+def three_picks(actor, tag: str) -> list[str]:
+    """Where the profile actor sends three requests for the prompt and a question."""
+    body = {"model": MODEL, "prompt": PROMPT + " and one more question?"}
+    calls = [ProfileCall(LLMRequest(request_id=f"{tag}{i}", target_model=MODEL, body=body), CycleState())
+             for i in range(3)]  # fmt: skip
+    return [o.result.target_endpoints[0].name for o in ray.get(actor.run_batch.remote(calls))]
+
+
 def test_events_from_a_pod_reach_the_profile_actor_and_route_its_requests(ray_session, sim, tmp_path):
     path = make_tokenizer(tmp_path)
     ids = LocalTokenizer(path).encode(PROMPT, True)
     n = len(ids) // BS
     with ZmqEventPublisher() as pub:
-        pods = []
-        for p in sim.pods:
-            spec = {"name": p.name, "address": p.address, "port": p.port, "labels": p.labels}
-            if p.name == "sim-1":
-                spec["kvEvents"] = {"endpoint": pub.endpoint, "replay": pub.replay_endpoint}
-            pods.append(PodSpec(**spec))
+        pods = pod_specs(sim, "sim-1", pub)
         # The first half is published before anyone subscribes: lost to the subscriber, it is
         # recovered through the replay socket once the second half's sequence number shows the gap.
         half = n // 2
@@ -71,13 +85,7 @@ def test_events_from_a_pod_reach_the_profile_actor_and_route_its_requests(ray_se
             assert info["streams"]["sim-1"]["endpoint"] == pub.endpoint
             assert info["streams"]["sim-1"]["replayed"] >= 1
             assert ray.get(actor.info.remote())["kv_events"]["sim-1"] == "live"
-            body = {"model": MODEL, "prompt": PROMPT + " and one more question?"}
-            calls = [
-                ProfileCall(LLMRequest(request_id=f"k{i}", target_model=MODEL, body=body), CycleState())
-                for i in range(3)
-            ]
-            outcomes = ray.get(actor.run_batch.remote(calls))
-            assert [o.result.target_endpoints[0].name for o in outcomes] == ["sim-1"] * 3
+            assert three_picks(actor, "k") == ["sim-1"] * 3
 
             ray.get(epp.datastore.remove_pod.remote("sim-1"))
 
@@ -89,5 +97,40 @@ def test_events_from_a_pod_reach_the_profile_actor_and_route_its_requests(ray_se
                 )
 
             wait_for(forgotten, timeout=10, what="sim-1's subscription stopped and its entry forgotten")
+        finally:
+            stop_epp_actors(epp)
+
+
+def test_llm_d_precise_sample_with_its_data_layer_runs_on_the_actors(ray_session, sim):
+    """llm-d's deploy/config/epp-precise-prefix-cache-config.yaml as written, with the model and
+    tokenizer URL it asks to set: its data layer loads (the metrics actors scrape
+    as its metrics source says, the profile actor follows the pods' KV events as its
+    endpoint-notification source says), and requests go to the pod whose events hold the prompt."""
+    from pathlib import Path
+
+    from simulator.tokens import token_ids
+
+    sample = Path(__file__).parents[1] / "fixtures" / "llm-d" / "epp-precise-prefix-cache-config.yaml"
+    # the two values the sample asks to set: the model and its server (a simulated pod's /tokenize)
+    config = sample.read_text().replace("http://localhost:8000", sim.pods[0].url).replace("hf-repo/model-name", MODEL)
+    bs = 64
+    ids = token_ids(PROMPT)  # what a simulated pod's /tokenize answers
+    n = len(ids) // bs
+    with ZmqEventPublisher() as pub:
+        pods = pod_specs(sim, "sim-2", pub)
+        epp = start_epp_actors(config, pods, options=fast_options("t-kv-llmd"))
+        try:
+            actor = epp.profiles["default"]
+            stored = BlockStored(list(range(n)), None, ids[: n * bs], bs)
+
+            def indexed():
+                pub.publish(KVEventBatch(0.0, [stored]))  # again until the subscriber has joined
+                info = ray.get(actor.kv_events.remote())
+                pod = info["sinks"]["precise-prefix-cache-producer"]["pods"].get("sim-2")
+                return pod if pod and pod["status"] == "live" and pod["blocks"] == n else None
+
+            wait_for(indexed, timeout=10, interval=0.2, what="sim-2's blocks in the profile actor's index")
+            assert three_picks(actor, "l") == ["sim-2"] * 3
+            assert ray.get(actor.kv_events.remote())["sinks"]["precise-prefix-cache-producer"]["scored"]["precise"]
         finally:
             stop_epp_actors(epp)

@@ -35,3 +35,23 @@ def test_precise_router_indexes_the_pods_events_and_follows_them():
 def test_approximate_router_has_no_event_hook():
     router = make_policy("epp-default")
     assert not hasattr(router, "on_kv_events") and router.kv_sinks == []
+
+
+def test_with_real_tokenizer_pods_the_token_producer_keys_match_the_pods_events():
+    """Pods that tokenize for real (chat template, BPE): the precise router's token-producer reads
+    the same tokenizer.json, so its predictions match what the pods served; the drift workload is
+    chat with prose and hex groups."""
+    from bench.precise_routing import drift_scenario, precise_router
+    from bench.tokenizer_fixture import fixture_tokenizer
+
+    scenario = drift_scenario()
+    router = precise_router(str(fixture_tokenizer()), 0)
+    assert not router.sim_tokens  # the token producer tokenizes, not the 4-character rule
+    pods = make_pod_configs(3, num_gpu_blocks=2048, tokenizer=str(fixture_tokenizer()))
+    reqs = scenario.workload(20.0, 0, 40)
+    assert all("messages" in r.body for r in reqs)
+    report = ClusterSim(pods, router, seed=0).run(reqs)
+    assert report.completed == 40 and report.results[0].prompt_tokens != reqs[0].prompt_tokens
+    producer = router.kv_sinks[0]
+    assert producer.info()["scored"]["precise"] > 0 and router.scheduler.plugins["token-producer"].failures == 0
+    assert router.predictions["right_cached"] == router.predictions["total_cached"] > 0

@@ -25,7 +25,12 @@ OTHER = [
     "sim-program-aware-config.yaml",
 ]
 # tests/scheduler/test_precise_prefix_producer.py and test_token_producer.py
-PRECISE = ["sim-epp-no-hit-lru.yaml", "sim-epp-kvcache-config.yaml", "sim-epp-tokenizer-vllm-http-config.yaml"]
+PRECISE = [
+    "sim-epp-no-hit-lru.yaml",
+    "sim-epp-kvcache-config.yaml",
+    "sim-epp-tokenizer-vllm-http-config.yaml",
+    "epp-precise-prefix-cache-config.yaml",
+]
 LONG = "the same long system prompt, repeated so it spans many cache blocks. " * 80
 
 

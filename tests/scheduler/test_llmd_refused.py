@@ -50,7 +50,6 @@ REFUSED_SAMPLES = {
     "dp-epp-config.yaml": ["data-parallel-profile-handler"],
     "epp-burst-prefix-cache-config.yaml": ["burst-prefix-cache-producer"],
     "epp-mm-embeddings-cache-config.yaml": ["mm-embeddings-cache-producer", "dataLayer.sources"],
-    "epp-precise-prefix-cache-config.yaml": ["metrics-data-source", "core-metrics-extractor"],
     "sim-epp-gpu-config.yaml": ["dcgm-data-source", "dcgm-extractor", "endpoint-attribute-filter"],
 }
 

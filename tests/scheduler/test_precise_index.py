@@ -3,6 +3,9 @@ that walk the longest cached prefix, keys recomputed from token ids."""
 
 from __future__ import annotations
 
+import re
+import zlib
+
 import pytest
 
 from kvevents import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
@@ -106,3 +109,36 @@ def test_status_and_removal():
 def test_block_size_must_be_positive():
     with pytest.raises(ValueError, match="block size"):
         PreciseIndex(0)
+
+
+def test_keys_kept_on_token_runs_equal_keys_from_the_tokens():
+    """A run's keys (and its head's, which a prefix hit reuses) are the keys of its tokens, at
+    every block size and cap; the head's are computed once and kept."""
+    from scheduler.plugins.support.token_cache import PrefixTokenCache
+
+    words = [f"w{i}" for i in range(400)]
+    text = " ".join(words)
+
+    def encode(t: str, special: bool) -> list[int]:  # a word-level tokenizer: one id per word
+        return ([1] if special else []) + [zlib.crc32(m.group().encode()) % 50_000 for m in re.finditer(r"\S+", t)]
+
+    def offsets(t: str) -> tuple[list[int], list[int]]:
+        return encode(t, True), [0] + [m.end() for m in re.finditer(r"\S+", t)]
+
+    for off in (None, offsets):
+        cache = PrefixTokenCache(chunk_chars=200)
+        first = cache.run(text + " end", encode, off)
+        if off is None:
+            cache.run(text + " again", encode, off)  # no offsets: the second one keeps the head
+        hot = cache.run(text + " rest", encode, off)
+        assert hot.head is not None and hot.ids[: len(hot.head.ids)] == hot.head.ids
+        for bs in (4, 7, 16):
+            index = PreciseIndex(bs)
+            for run in (first, hot):
+                for cap in (0, 5):
+                    assert index.keys(run.ids, cap, run) == index.keys(list(run.ids), cap)
+            kept = hot.head.derived[("precise-block-keys", bs)]
+            assert index.keys(hot.ids, 0, hot)[: len(kept)] == kept
+    other = PreciseIndex(4)
+    assert other.keys([5, 6, 7, 8, 9], 0, first) == other.keys([5, 6, 7, 8, 9])  # not its run: ignored
+

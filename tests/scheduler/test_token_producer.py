@@ -122,7 +122,10 @@ def test_a_file_that_is_not_a_tokenizer_is_a_load_time_error(tmp_path):
         Scheduler.from_config(load_config(yaml))
 
 
-@pytest.mark.parametrize("name", ["sim-epp-tokenizer-vllm-http-config.yaml", "sim-epp-kvcache-config.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    ["sim-epp-tokenizer-vllm-http-config.yaml", "sim-epp-kvcache-config.yaml", "epp-precise-prefix-cache-config.yaml"],
+)
 def test_llm_d_tokenizer_samples_route_to_the_pod_holding_the_blocks(name, tokenizer_json):
     load_config_file(FIXTURES / name)  # as written
     text = (FIXTURES / name).read_text()

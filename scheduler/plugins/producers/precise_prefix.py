@@ -34,7 +34,7 @@ from scheduler.plugins.producers.approx_prefix import (
 from scheduler.plugins.producers.token_producer import TokenProducer
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.plugins.support.prefix.precise_index import LIVE, PreciseIndex
-from scheduler.plugins.support.tokenized import TokenSource, memo_tokens
+from scheduler.plugins.support.tokenized import TokenSource, memo_token_run, memo_tokens
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 
@@ -202,7 +202,7 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         tokens = self.token_source.tokens(request) if self.token_source is not None else memo_tokens(request)
         if tokens is None:
             return infos
-        keys = index.keys(tokens, self.max_precise_blocks)
+        keys = index.keys(tokens, self.max_precise_blocks, memo_token_run(request))
         counts = index.match(keys) if keys else {}
         total, size = len(keys), index.block_size
         for ep in live:

@@ -9,7 +9,8 @@ load-time error saying so. Chat requests are rendered with the chat template of 
 `tokenizer_config.json` next to the file.
 
 Tokenizations are cached per prefix (scheduler.plugins.support.token_cache): a hot prefix is
-tokenized once, then only each request's rest is. The tokens are memoised on the request. A failed
+tokenized once, then only each request's rest is. The tokens are memoised on the request, with
+the cache's run they came from (where the precise index keeps a hot prefix's block keys). A failed
 tokenization is logged, counted and answered None: the consumers then score approximately (the
 request is never failed for it, as llm-d's Director logs and continues)."""
 
@@ -23,7 +24,7 @@ from pydantic import Field, field_validator, model_validator
 
 from scheduler.duration import parse_duration
 from scheduler.interfaces import Parameters, Plugin, PluginHandle
-from scheduler.plugins.support.token_cache import DEFAULT_CAPACITY, DEFAULT_CHUNK_CHARS, PrefixTokenCache
+from scheduler.plugins.support.token_cache import DEFAULT_CAPACITY, DEFAULT_CHUNK_CHARS, PrefixTokenCache, TokenRun
 from scheduler.plugins.support.tokenized import memo_tokens, set_memo_tokens
 from scheduler.plugins.support.tokenizer_backends import (
     LocalTokenizer,
@@ -113,16 +114,19 @@ class TokenProducer(Plugin):
         if tokens is not None:
             return tokens
         try:
-            tokens = self._tokenize(request.body)
+            run = self._tokenize(request.body)
         except (TokenizerError, ValueError, TypeError) as e:
             self.failures += 1
             log.warning("token-producer %s: %s", self.name, e)
             return None
-        if tokens is not None:
-            set_memo_tokens(request, tokens)
+        if run is None:
+            return None
+        tokens, kept = (run, None) if isinstance(run, list) else (run.ids, run)
+        set_memo_tokens(request, tokens, kept)
         return tokens
 
-    def _tokenize(self, body: dict[str, Any]) -> list[int] | None:
+    def _tokenize(self, body: dict[str, Any]) -> TokenRun | list[int] | None:
+        """The kept tokenization (the token cache's run), bare ids (uncached), or None."""
         messages = body.get("messages")
         if messages is not None:
             if self.http is not None:
@@ -132,14 +136,14 @@ class TokenProducer(Plugin):
             if text is None:
                 return None  # no chat template beside the tokenizer: scored approximately
             encode = self.local.encode
-            return self.cache.tokens(text, lambda t, _special: encode(t, False))  # the template wrote the specials
+            return self.cache.run(text, lambda t, _special: encode(t, False))  # the template wrote the specials
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             return None  # token-id or batched prompts: not tokenized here
         if self.local is not None:
-            return self.cache.tokens(prompt, self.local.encode, self.local.encode_offsets)
+            return self.cache.run(prompt, self.local.encode, self.local.encode_offsets)
         assert self.http is not None
-        return self.cache.tokens(prompt, self.http.encode)
+        return self.cache.run(prompt, self.http.encode)
 
     def info(self) -> dict[str, Any]:
         c = self.cache.counts

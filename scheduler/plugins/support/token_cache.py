@@ -10,13 +10,18 @@ tested against whole-prompt tokenization). The whole prompt's tokens are kept to
 prompt costs one lookup. A miss records the cuts it can from the tokenizer's offsets (local
 tokenizers); a tokenizer over HTTP gives none, so a miss is one call for the whole prompt, and the
 first prompt that reaches a cut an earlier prompt reached too tokenizes the text before that cut
-on its own (one more call) and keeps it."""
+on its own (one more call) and keeps it.
+
+Each kept tokenization is a `TokenRun`: its ids, the cached head it was built on (a prefix hit's
+ids are the head's + the rest's), and what consumers derived from the ids, kept with them
+(`derived`: the precise index's block keys per block size), so a hot prefix is hashed once too."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import xxhash
 
@@ -29,6 +34,16 @@ DEFAULT_CAPACITY = 4096
 
 def _key(text: str) -> int:
     return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+
+
+@dataclass(slots=True, eq=False)
+class TokenRun:
+    """A kept tokenization. `head`: the kept run whose ids begin these (a prefix hit), or None.
+    `derived`: consumers' results computed from `ids`, by their own key (never from anything else)."""
+
+    ids: list[int]
+    head: TokenRun | None = None
+    derived: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -46,7 +61,7 @@ class PrefixTokenCache:
             raise ValueError("a token cache needs chunk_chars > 0 and capacity > 0")
         self.chunk_chars = chunk_chars
         self.capacity = capacity
-        self._lru: OrderedDict[int, list[int]] = OrderedDict()
+        self._lru: OrderedDict[int, TokenRun] = OrderedDict()
         self._seen: OrderedDict[int, None] = OrderedDict()  # cuts of prompts tokenized whole
         self.counts = TokenCacheCounts()
 
@@ -63,6 +78,10 @@ class PrefixTokenCache:
 
     def tokens(self, text: str, encode: Encode, encode_offsets: EncodeOffsets | None = None) -> list[int]:
         """The text's token ids (special tokens added as `encode(text, True)` adds them)."""
+        return self.run(text, encode, encode_offsets).ids
+
+    def run(self, text: str, encode: Encode, encode_offsets: EncodeOffsets | None = None) -> TokenRun:
+        """The text's kept tokenization (made and kept if it was not): `tokens` with its run."""
         whole = _key(text)
         cached = self._get(whole)
         if cached is not None:
@@ -73,46 +92,49 @@ class PrefixTokenCache:
             head = self._get(_key(text[:cut]))
             if head is not None:
                 self.counts.prefix_hits += 1
-                ids = head + encode(text[cut:], False)
-                self._put(whole, ids)
-                return ids
+                run = TokenRun(head.ids + encode(text[cut:], False), head)
+                self._put(whole, run)
+                return run
         self.counts.misses += 1
         if encode_offsets is not None:
             ids, ends = encode_offsets(text)
             i = 0
+            head_run = None
             for cut in cuts:  # a cut is kept only where a token ends exactly there
                 while i < len(ends) and ends[i] < cut:
                     i += 1
                 if i < len(ends) and ends[i] == cut:
-                    self._put(_key(text[:cut]), ids[: i + 1])
+                    head_run = TokenRun(ids[: i + 1])
+                    self._put(_key(text[:cut]), head_run)
+            run = TokenRun(ids, head_run)
         else:  # no offsets: a cut another prompt reached too is a shared prefix, worth its own call
             seen = self._seen
             shared = next((c for c in reversed(cuts) if _key(text[:c]) in seen), 0)
             if shared:
-                head = encode(text[:shared], True)
-                self._put(_key(text[:shared]), head)
-                ids = head + encode(text[shared:], False)
+                head_run = TokenRun(encode(text[:shared], True))
+                self._put(_key(text[:shared]), head_run)
+                run = TokenRun(head_run.ids + encode(text[shared:], False), head_run)
             else:
-                ids = encode(text, True)
+                run = TokenRun(encode(text, True))
             for cut in cuts:
                 seen[_key(text[:cut])] = None
                 seen.move_to_end(_key(text[:cut]))
             while len(seen) > 4 * self.capacity:
                 seen.popitem(last=False)
-        self._put(whole, ids)
-        return ids
+        self._put(whole, run)
+        return run
 
     def __len__(self) -> int:
         return len(self._lru)
 
-    def _get(self, key: int) -> list[int] | None:
-        ids = self._lru.get(key)
-        if ids is not None:
+    def _get(self, key: int) -> TokenRun | None:
+        run = self._lru.get(key)
+        if run is not None:
             self._lru.move_to_end(key)
-        return ids
+        return run
 
-    def _put(self, key: int, ids: list[int]) -> None:
-        self._lru[key] = ids
+    def _put(self, key: int, run: TokenRun) -> None:
+        self._lru[key] = run
         self._lru.move_to_end(key)
         while len(self._lru) > self.capacity:
             self._lru.popitem(last=False)

@@ -30,9 +30,11 @@ from dataclasses import dataclass
 import xxhash
 
 from scheduler.plugins.support.prefix.index import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
+from scheduler.plugins.support.token_cache import TokenRun
 
 ROOT_KEY = xxhash.xxh64_intdigest(b"ray-epp/precise-prefix")  # the chain's start for a block without a parent
 GPU_MEDIA = frozenset({None, "", "GPU", "gpu"})
+_KEYS_TAG = "precise-block-keys"  # where a TokenRun keeps its keys (with the block size)
 
 LIVE, GAPPED, SILENT, UNKNOWN = "live", "gapped", "silent", "unknown"
 TOKEN_BYTES = 4  # each token id as one unsigned 32-bit integer
@@ -92,14 +94,31 @@ class PreciseIndex:
 
     # -- the request side ----------------------------------------------------------------------
 
-    def keys(self, tokens: Sequence[int], max_blocks: int = 0) -> list[int]:
-        """The block keys of a prompt's full blocks (a partial last block is never cached)."""
+    def keys(self, tokens: Sequence[int], max_blocks: int = 0, run: TokenRun | None = None) -> list[int]:
+        """The block keys of a prompt's full blocks (a partial last block is never cached). With
+        the token cache's `run` of these very tokens, its keys are kept on it (and on the head it
+        was built on), so a hot prefix is hashed once and a prompt on it hashes only its rest."""
         full = len(tokens) // self.block_size
         if max_blocks > 0:
             full = min(full, max_blocks)
         if not full:
             return []
+        if run is not None and run.ids is tokens:
+            return self._run_keys(run)[:full]
         return chain_keys(token_bytes(tokens[: full * self.block_size]), ROOT_KEY, self.block_size * TOKEN_BYTES)
+
+    def _run_keys(self, run: TokenRun) -> list[int]:
+        """Every full block's key of a run, kept in `run.derived` by block size."""
+        bs = self.block_size
+        tag = (_KEYS_TAG, bs)
+        keys = run.derived.get(tag)
+        if keys is None:
+            base = self._run_keys(run.head) if run.head is not None else []
+            done, full = len(base), len(run.ids) // bs
+            start = base[-1] if base else ROOT_KEY
+            rest = chain_keys(token_bytes(run.ids[done * bs : full * bs]), start, bs * TOKEN_BYTES)
+            keys = run.derived[tag] = base + rest if base else rest
+        return keys
 
     def match(self, keys: Iterable[int]) -> dict[str, int]:
         """Per pod, how many leading blocks of the prompt it holds without a gap (pods with none
