@@ -519,7 +519,7 @@ async def run_all(args: argparse.Namespace, shape: Shape, routers: list[str]) ->
             results.append(result)
     if args.overhead_replicas:
         few = Shape(**{**asdict(shape), "requests": min(shape.requests, 160)})
-        for router in routers:
+        for router in [r for r in args.overhead_routers.split(",") if r]:
             result = await run_one(router, "shared-prefix", few, args.overhead_replicas, args.seed, args.warmup)
             print(json.dumps(asdict(result)), flush=True)
             overhead.append(result)
@@ -535,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--overhead-replicas", type=int, default=16, help="0: skip the overhead runs")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--routers", default=",".join(ROUTERS))
+    ap.add_argument("--routers", default=",".join(ROUTERS), help=f"of {ROUTERS} and {tuple(EPP_VARIANTS)}")
+    ap.add_argument("--overhead-routers", default=",".join(ROUTERS))
     ap.add_argument("--requests", type=int, default=Shape().requests)
     ap.add_argument("--rate", type=float, default=Shape().rate)
     ap.add_argument("--seed", type=int, default=0)
