@@ -145,6 +145,7 @@ class FakeLLMServer(EngineStatsMixin):
             "replica": self.replica,
             "rank": self.rank,
             "lora": lora,
+            "engine_start": started,  # time.monotonic(): one clock for every process on the machine
             "ttft_s": (first or done) - started,
             "tail_s": done - (first or done),
             "prompt_tokens": int(usage.get("prompt_tokens", 0)),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib
 import json
 import os
@@ -50,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULE = "bench.serve_llm_routing"  # by name, also when run as __main__ (Serve imports the classes from here)
 ROUTERS = ("epp", "pow2", "prefix-affinity")
 STATS_PERIOD_S = 0.2
+GROUP_CHARS = 200  # a prompt's first characters name its shared-prefix group
 
 
 # --- Serve's routers, timed ------------------------------------------------------------------------
@@ -81,10 +83,25 @@ class TimedPrefixCacheAffinity(_Timed, PrefixCacheAffinityRouter):
     """ray.llm's PrefixCacheAffinityRouter (its defaults), timed."""
 
 
+# EPPRequestRouter, and with its Serve-side mechanisms off one by one (`--routers`, to measure them):
+# "learn-routed", the mirror learns a decision when Serve reports it routed, not when it is made;
+# "completion-only", no first tokens inferred from the published queues (the ledger holds a prompt
+# until the request completes); "before" both, as the router was before these mechanisms.
+EPP_VARIANTS: dict[str, dict[str, Any]] = {
+    "epp": {},
+    "epp-learn-routed": {"learn_on_decision": False},
+    "epp-completion-only": {"infer_first_token": False},
+    "epp-before": {"learn_on_decision": False, "infer_first_token": False},
+}
+
+
+def epp_config(workload: str) -> str:
+    return "configs/lora.yaml" if workload == "multi-lora" else "configs/default.yaml"
+
+
 def router_config(router: str, workload: str) -> RequestRouterConfig:
-    if router == "epp":
-        config = "configs/lora.yaml" if workload == "multi-lora" else "configs/default.yaml"
-        cls, kwargs = "serve_app.llm_router:EPPRequestRouter", {"config": config}
+    if router in EPP_VARIANTS:
+        cls, kwargs = "serve_app.llm_router:EPPRequestRouter", {"config": epp_config(workload)} | EPP_VARIANTS[router]
     elif router == "pow2":
         cls, kwargs = f"{MODULE}:TimedPowerOfTwo", {}
     elif router == "prefix-affinity":
@@ -121,8 +138,24 @@ TINY = Shape(requests=24, rate=12.0, groups=4, system_tokens=512, output_tokens=
              lora_output_tokens=(4, 8))  # fmt: skip
 
 
+# RAG- or agent-shaped traffic as Ray Serve LLM deployments meet it: a long shared system prompt
+# (instructions, tool definitions) per application, a long unique part per request (retrieved
+# context, the conversation so far), at twice the rate. A hit still prefills ~1k tokens (~31 ms on
+# the simulator's 8B-on-H100 timing), a miss ~5k (~150 ms), so the engines spend a good part of
+# their time in prefill and where a request waits matters; the KV cache (32k tokens a replica)
+# holds ~6 of the 16 prefixes, the same pressure as `shared-prefix`. Chosen before it was run.
+LONG_PREFIX = {"requests": 480, "rate": 24.0, "system_tokens": 4096, "question_tokens": 1024,
+               "num_gpu_blocks": 2048}  # fmt: skip
+WORKLOADS = ("shared-prefix", "long-prefix", "multi-lora")
+
+
+def shape_for(name: str, shape: Shape) -> Shape:
+    """The run's shape for workload `name`: long-prefix has its own sizes, not the command line's."""
+    return Shape(**{**asdict(shape), **LONG_PREFIX}) if name == "long-prefix" and shape != TINY else shape
+
+
 def workload(name: str, shape: Shape, seed: int) -> list[SimRequest]:
-    if name == "shared-prefix":
+    if name in ("shared-prefix", "long-prefix"):
         spec = wl.SharedPrefixSpec(
             groups=shape.groups, prompts_per_group=max(1, shape.requests // shape.groups),
             system_tokens=shape.system_tokens, question_tokens=shape.question_tokens,
@@ -166,6 +199,109 @@ class RunResult:
     routed_by: str  # the router class that timed this run's choices (Serve caches routers by deployment)
     wall_s: float
     errors: list[str] = field(default_factory=list)
+    diagnosis: dict[str, Any] = field(default_factory=dict)  # see `diagnose`
+    router_debug: dict[str, Any] = field(default_factory=dict)  # EPP only: see `epp_debug`
+
+
+def diagnose(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Why engine TTFTs are what they are: misses (less than half the prompt cached) and the
+    requests that reached their replica while a miss there was still waiting for its first token
+    (queued behind its prefill), the routing delay (caller's TTFT minus the engine's), and how many
+    replicas each shared-prefix group was spread over."""
+    misses = [a for a in answers if a["cached_tokens"] < a["prompt_tokens"] / 2]
+    behind = [
+        a for a in answers
+        if any(m is not a and m["replica"] == a["replica"] and m["engine_start"] <= a["engine_start"]
+               < m["engine_start"] + m["ttft_s"] for m in misses)
+    ]  # fmt: skip
+    hits = [a for a in answers if a not in misses]
+    groups: dict[str, set[str]] = {}
+    for a in answers:
+        groups.setdefault(a["group"], set()).add(a["replica"])
+    return {
+        "misses": len(misses),
+        "behind_a_miss": len(behind),
+        "hit_engine_ttft_p50_ms": 1e3 * quantile([a["ttft_s"] for a in hits], 0.5),
+        "hit_engine_ttft_p90_ms": 1e3 * quantile([a["ttft_s"] for a in hits], 0.9),
+        "miss_engine_ttft_p90_ms": 1e3 * quantile([a["ttft_s"] for a in misses], 0.9),
+        "routing_delay_p50_ms": 1e3 * quantile([a["ttft_client_s"] - a["ttft_s"] for a in answers], 0.5),
+        "routing_delay_p90_ms": 1e3 * quantile([a["ttft_client_s"] - a["ttft_s"] for a in answers], 0.9),
+        "routing_delay_max_ms": 1e3 * max((a["ttft_client_s"] - a["ttft_s"] for a in answers), default=0.0),
+        "groups": len(groups),
+        "replicas_per_group": dict(sorted(Counter(len(r) for r in groups.values()).items())),
+    }
+
+
+DETAILS: dict[str, list[dict[str, Any]]] = {}  # run name -> its answers (`--details`)
+
+
+class LoopWatch:
+    """While a run is sent: how late this process's event loop wakes (the routers, the handle and
+    the sender share it, so a stall delays every request routed in it) and the garbage
+    collector's pauses here."""
+
+    TICK_S = 0.002
+
+    def __init__(self) -> None:
+        self.late_s: list[float] = []
+        self.gc_s: list[float] = []
+        self._gc_started = 0.0
+        self._task: asyncio.Task | None = None
+
+    async def _tick(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(self.TICK_S)
+            self.late_s.append(time.perf_counter() - before - self.TICK_S)
+
+    def _gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif info.get("generation", 0) >= 1:
+            self.gc_s.append(time.perf_counter() - self._gc_started)
+
+    def __enter__(self) -> LoopWatch:
+        gc.callbacks.append(self._gc)
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        gc.callbacks.remove(self._gc)
+        if self._task is not None:
+            self._task.cancel()
+
+    def summary(self) -> dict[str, Any]:
+        late = sorted(self.late_s)
+        return {
+            "loop_late_p50_ms": 1e3 * quantile(late, 0.5),
+            "loop_late_p99_ms": 1e3 * quantile(late, 0.99),
+            "loop_late_max_ms": 1e3 * max(late, default=0.0),
+            "loop_late_over_50ms": sum(1 for x in late if x > 0.05),
+            "gc_gen12_pauses": len(self.gc_s),
+            "gc_max_ms": 1e3 * max(self.gc_s, default=0.0),
+        }
+
+
+def epp_debug(deployment: str, reset: bool = False) -> dict[str, Any]:
+    """The EPP routers of `deployment` in this process: decisions taken before an earlier one was
+    routed, and the decision-to-routed delay (then cleared with `reset`)."""
+    from serve_app.llm_router_stats import percentiles_ms, routers
+
+    epp = [r for r in routers() if r._deployment_id.name == deployment]
+    out = {
+        "decided_unseen": sum(r.counters.decided_unseen for r in epp),
+        "scheduled": sum(r.counters.scheduled for r in epp),
+        "routed_not_first": sum(r.counters.routed_not_first for r in epp),
+        "first_tokens_inferred": sum(r.counters.first_tokens_inferred for r in epp),
+        "routed_after_ms": percentiles_ms([s for r in epp for s in r.counters.routed_after_s]),
+        "mirror_lag_ms": percentiles_ms([s for r in epp for s in r.mirror.counters.lag_s]),
+    }
+    if reset:
+        for r in epp:
+            r.counters.decided_unseen = r.counters.scheduled = r.counters.routed_not_first = 0
+            r.counters.first_tokens_inferred = 0
+            r.counters.routed_after_s.clear()
+    return out
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -206,7 +342,9 @@ async def send(handle: Any, requests: list[SimRequest]) -> tuple[list[dict[str, 
         sent = time.monotonic()
         out = await method.remote(request_model(r.body))
         e2e = time.monotonic() - sent
-        return {**out, "ttft_client_s": e2e - out["tail_s"], "e2e_s": e2e}
+        prompt = r.body.get("prompt") or json.dumps(r.body.get("messages"))
+        return {**out, "ttft_client_s": e2e - out["tail_s"], "e2e_s": e2e, "sent": sent,
+                "group": str(prompt)[:GROUP_CHARS]}  # fmt: skip
 
     outcomes = await asyncio.gather(*(one(r) for r in requests), return_exceptions=True)
     answers = [o for o in outcomes if isinstance(o, dict)]
@@ -244,10 +382,13 @@ async def run_one(
         await asyncio.sleep(2 * STATS_PERIOD_S)
         deployment = run_name(router, workload_name, replicas)
         choose_times(deployment)
+        epp_debug(deployment, reset=True)
         requests = workload(workload_name, shape, seed)
         started = time.monotonic()
-        answers, errors = await send(handle, requests)
+        with LoopWatch() as watch:
+            answers, errors = await send(handle, requests)
         wall = time.monotonic() - started
+        DETAILS[deployment] = [{k: v for k, v in a.items() if k != "choices"} for a in answers]
         ttft = [a["ttft_client_s"] for a in answers]
         prompt = sum(a["prompt_tokens"] for a in answers)
         cached = sum(a["cached_tokens"] for a in answers)
@@ -261,17 +402,19 @@ async def run_one(
             spread=dict(sorted(Counter(f"rank{a['rank']}" for a in answers).items())),
             choose_p50_ms=1e3 * quantile(samples, 0.5) if samples else None,
             choose_p90_ms=1e3 * quantile(samples, 0.9) if samples else None,
-            routed_by=routed_by, wall_s=wall, errors=errors[:3],
+            routed_by=routed_by, wall_s=wall, errors=errors[:3], diagnosis=diagnose(answers) | watch.summary(),
+            router_debug=epp_debug(deployment) if router.startswith("epp") else {},
         )  # fmt: skip
     finally:
         await asyncio.to_thread(serve.delete, run_name(router, workload_name, replicas))
 
 
 def stop_epp_actors(workload_name: str) -> None:
-    """The router's profile actors are detached and shared by config: a fresh run starts fresh ones."""
+    """The router's profile actors are detached and shared by config: a fresh run starts fresh ones.
+    `workload_name`: the workload whose config's actors to stop, or a config path."""
     from actors.launcher import stop_router_profile_actors
 
-    config = "configs/lora.yaml" if workload_name == "multi-lora" else "configs/default.yaml"
+    config = workload_name if workload_name.endswith(".yaml") else epp_config(workload_name)
     stop_router_profile_actors(read_config(config), namespace=ROUTER_NAMESPACE)
 
 
@@ -297,12 +440,13 @@ def table(results: list[RunResult]) -> str:
 def verdict(results: list[RunResult], overhead: list[RunResult]) -> list[str]:
     """The issue's two targets, checked on this run's figures."""
     out = []
-    shared = {r.router: r for r in results if r.workload == "shared-prefix"}
-    if {"epp", "pow2", "prefix-affinity"} <= set(shared):
-        best = min(shared["pow2"].ttft_p90_ms, shared["prefix-affinity"].ttft_p90_ms)
-        ratio = shared["epp"].ttft_p90_ms / best
-        out.append(f"shared-prefix TTFT p90: epp / best of Serve's = {ratio:.2f} (target <= 0.8): "
-                   f"{'met' if ratio <= 0.8 else 'MISSED'}")  # fmt: skip
+    for name in ("shared-prefix", "long-prefix"):
+        shared = {r.router: r for r in results if r.workload == name}
+        if {"epp", "pow2", "prefix-affinity"} <= set(shared):
+            best = min(shared["pow2"].ttft_p90_ms, shared["prefix-affinity"].ttft_p90_ms)
+            ratio = shared["epp"].ttft_p90_ms / best
+            out.append(f"{name} TTFT p90: epp / best of Serve's = {ratio:.2f} (target <= 0.8): "
+                       f"{'met' if ratio <= 0.8 else 'MISSED'}")  # fmt: skip
     for r in overhead:
         if r.router == "epp" and r.choose_p50_ms is not None:
             out.append(f"choose_replicas p50 at {r.replicas} replicas: {r.choose_p50_ms:.3f} ms (target <= 1 ms): "
@@ -370,19 +514,19 @@ async def run_all(args: argparse.Namespace, shape: Shape, routers: list[str]) ->
     results, overhead = [], []
     for name in [w for w in args.workloads.split(",") if w]:
         for router in routers:
-            result = await run_one(router, name, shape, args.replicas, args.seed, args.warmup)
+            result = await run_one(router, name, shape_for(name, shape), args.replicas, args.seed, args.warmup)
             print(json.dumps(asdict(result)), flush=True)
             results.append(result)
     if args.overhead_replicas:
         few = Shape(**{**asdict(shape), "requests": min(shape.requests, 160)})
-        for router in routers:
+        for router in [r for r in args.overhead_routers.split(",") if r]:
             result = await run_one(router, "shared-prefix", few, args.overhead_replicas, args.seed, args.warmup)
             print(json.dumps(asdict(result)), flush=True)
             overhead.append(result)
     # Only now: a deleted deployment's router still talks to its profile actors for a while, and
     # stopping them under it stalled the next runs' routing (first run of 05:27 UTC, docs/BENCHMARKS.md).
-    for name in {w for w in args.workloads.split(",") if w} | {"shared-prefix"}:
-        await asyncio.to_thread(stop_epp_actors, name)
+    for config in {epp_config(w) for w in args.workloads.split(",") if w} | {epp_config("shared-prefix")}:
+        await asyncio.to_thread(stop_epp_actors, config)
     return results, overhead
 
 
@@ -390,14 +534,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--overhead-replicas", type=int, default=16, help="0: skip the overhead runs")
-    ap.add_argument("--workloads", default="shared-prefix,multi-lora")
-    ap.add_argument("--routers", default=",".join(ROUTERS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--routers", default=",".join(ROUTERS), help=f"of {ROUTERS} and {tuple(EPP_VARIANTS)}")
+    ap.add_argument("--overhead-routers", default=",".join(ROUTERS))
     ap.add_argument("--requests", type=int, default=Shape().requests)
     ap.add_argument("--rate", type=float, default=Shape().rate)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=16)
     ap.add_argument("--tiny", action="store_true", help="a smoke-sized run")
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--details", type=Path, help="write every run's answers here (per request)")
     args = ap.parse_args(argv)
     shape = TINY if args.tiny else Shape(requests=args.requests, rate=args.rate)
     routers = [r for r in args.routers.split(",") if r]
@@ -425,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"results": [asdict(r) for r in results],
                                          "overhead": [asdict(r) for r in overhead]}, indent=1))  # fmt: skip
+    if args.details:
+        args.details.write_text(json.dumps(DETAILS))
     return 0
 
 

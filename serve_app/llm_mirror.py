@@ -3,9 +3,10 @@ plugins, built from the same config) run in the router's process, so `choose_rep
 without an actor call.
 
 The shared state still lives in the profile actors. The mirror applies its router's decisions
-(PreRequest) and completions (ResponseComplete) at once, and queues them; every `sync_interval_s`
-one call per profile actor (`ProfileActor.sync`) sends the queue and brings back the events the
-other routers sent since the last call (actors/event_log.py), which the mirror applies too. So every
+(PreRequest), first tokens (ResponseFirstToken, inferred: serve_app/llm_first_token.py) and
+completions (ResponseComplete) at once, and queues them; every `sync_interval_s` one call per
+profile actor (`ProfileActor.sync`) sends the queue and brings back the events the other routers
+sent since the last call (actors/event_log.py), which the mirror applies too. So every
 router's mirror converges on the same prefix index, in-flight ledgers and LoRA residency, a few
 milliseconds behind the others' decisions. A router that starts late, or finds the actor restarted
 (a new epoch), rebuilds its profile and replays what the actor's log holds.
@@ -120,6 +121,10 @@ class RouterMirror:
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         self._learn(request, ProfileEvent("pre_request", for_scheduling(request), result=result, at=time.time()))
 
+    def first_token(self, request: LLMRequest, endpoint_name: str) -> None:
+        bare = request.without_body()
+        self._learn(request, ProfileEvent("first_token", bare, endpoint_name=endpoint_name, at=time.time()))
+
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         bare = request.without_body()
         self._learn(request, ProfileEvent("response_complete", bare, endpoint_name=endpoint_name, at=time.time()))
@@ -221,5 +226,7 @@ def _apply(hooks: RequestHooks, event: ProfileEvent, request: LLMRequest | None 
         request = for_scheduling(event.request) if event.kind == "pre_request" else event.request.without_body()
     if event.kind == "pre_request" and event.result is not None:
         hooks.pre_request(request, event.result)
+    elif event.kind == "first_token" and event.endpoint_name is not None:
+        hooks.response_first_token(request, event.endpoint_name)
     elif event.kind == "response_complete" and event.endpoint_name is not None:
         hooks.response_complete(request, event.endpoint_name)

@@ -12,10 +12,13 @@ best first, then the other replicas: Serve still sends to the first that accepts
 Scheduling state is not per router: it lives in profile actors found by name (one set per
 config, `actors/launcher.start_router_profile_actors`), so every router of every ingress replica
 shares one prefix index, in-flight ledger and LoRA residency. The router decides on a local mirror
-of those profiles (serve_app/llm_mirror.py): no actor call per request. Serve's `on_request_routed`
-and `on_request_completed` become GIE's PreRequest and ResponseComplete, applied to the mirror at
-once and sent to the actors in batches every few milliseconds; the same round trip brings back the
-other routers' events from the actor's log, so the mirrors converge.
+of those profiles (serve_app/llm_mirror.py): no actor call per request. A decision is GIE's
+PreRequest as soon as it is made (Serve reports it routed a replica round trip later; the ones
+in between must see it), corrected if Serve sent the request elsewhere; `on_request_completed` is
+ResponseComplete, and first tokens, which Serve does not report, are inferred from the replicas'
+published engine queues (serve_app/llm_first_token.py). All apply to the mirror at once and go to
+the actors in batches every few milliseconds; the same round trip brings back the other routers'
+events from the actor's log, so the mirrors converge. Counters: serve_app/llm_router_stats.py.
 
 Nothing here blocks the event loop: actor lookup runs in a thread, calls are awaited. When the
 scheduler can not decide (no endpoint, a profile error, actors not up), the request gets Serve's
@@ -32,16 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import importlib
 import logging
 import time
 import uuid
-import weakref
-from collections import Counter, OrderedDict, deque
-from dataclasses import dataclass, field, replace
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import ray
 from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
@@ -55,9 +55,7 @@ from ray.serve.request_router import (
 )
 
 from actors.launcher import start_router_profile_actors
-from actors.options import ActorOptions, PodSpec
-from actors.protocol import SCHEDULING_BODY_FIELDS
-from actors.scraper import PodScraper
+from actors.options import ActorOptions
 from scheduler import (
     Endpoint,
     EndpointPickerConfig,
@@ -69,8 +67,20 @@ from scheduler import (
     load_config,
     schedule_cycles,
 )
+from serve_app.llm_first_token import FirstTokenInference
 from serve_app.llm_mirror import RouterMirror
-from serve_app.llm_stats import METRICS_URL_KEY, metrics_from_stats
+from serve_app.llm_requests import body_of, request_of
+from serve_app.llm_router_stats import (  # the stats' public names, here too
+    RoutedRequest,
+    RouterCounters,
+    percentiles_ms,
+    recent_decisions,
+    register,
+    router_stats,
+    routers,
+)
+from serve_app.llm_scrapers import ReplicaScrapers
+from serve_app.llm_stats import metrics_from_stats, published_queue
 
 log = logging.getLogger("ray_epp.serve.llm_router")
 
@@ -84,8 +94,6 @@ REPLICA_LABEL = "ray.io/serve-replica-id"
 # Serve's handles reach a replica by actor, not by address; an Endpoint needs one all the same.
 UNKNOWN_ADDRESS, UNKNOWN_PORT = "127.0.0.1", 8000
 MAX_REMEMBERED = 20_000  # decisions kept for on_request_routed / completions not yet seen
-TIMING_SAMPLES = 10_000  # choose_replicas durations kept per router, for its percentiles
-RECENT_DECISIONS = 1_000  # routed requests kept per router, for `recent_decisions()`
 
 
 def read_config(config: str | dict[str, Any] | EndpointPickerConfig | None) -> EndpointPickerConfig:
@@ -98,93 +106,6 @@ def read_config(config: str | dict[str, Any] | EndpointPickerConfig | None) -> E
             path = Path(__file__).resolve().parents[1] / config  # relative to the project
         return load_config(path.read_text())
     return load_config(config)
-
-
-@dataclass(slots=True)
-class RouterCounters:
-    """What one router did; `router_stats()` sums the routers of this process."""
-
-    scheduled: int = 0  # decided by the scheduler
-    fallbacks: Counter = field(default_factory=Counter)  # reason -> Serve's own choice instead
-    routed: int = 0  # on_request_routed seen
-    routed_not_first: int = 0  # Serve sent it past the scheduler's first target (back-pressure)
-    completed: int = 0  # completions sent to the profile actors
-    schedule_s: float = 0.0  # total time in choose_replicas' scheduling
-    choose_s: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_SAMPLES))  # per call
-    recent: deque[RoutedRequest] = field(default_factory=lambda: deque(maxlen=RECENT_DECISIONS))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "scheduled": self.scheduled,
-            "fallbacks": dict(self.fallbacks),
-            "fallback_total": sum(self.fallbacks.values()),
-            "routed": self.routed,
-            "routed_not_first": self.routed_not_first,
-            "completed": self.completed,
-            "schedule_s": self.schedule_s,
-        }
-
-
-@dataclass(slots=True, frozen=True)
-class RoutedRequest:
-    """One request as Serve carried it out: where it went and who chose ("scheduled": the scheduler's
-    first target; "moved": a later target, back-pressure refused the first; "fallback": Serve's)."""
-
-    request_id: str
-    model: str
-    replica: str
-    how: str
-    at: float
-
-
-def _registry() -> list[weakref.ref[EPPRequestRouter]]:
-    """This process's routers, kept in the imported module: Serve ships the router class with
-    cloudpickle, whose copy of these functions has globals of its own (and whose class state
-    replaces the class's attributes on every config update)."""
-    return vars(importlib.import_module(__name__)).setdefault("_ROUTERS", [])
-
-
-def router_stats() -> dict[str, Any]:
-    """The summed counters of every EPPRequestRouter in this process (e.g. an ingress replica's)."""
-    total: dict[str, Any] = {"routers": 0, "fallbacks": Counter()}
-    for router in _routers():
-        total["routers"] += 1
-        counts = router.counters.as_dict()
-        total["fallbacks"].update(counts.pop("fallbacks"))
-        for key, value in counts.items():
-            total[key] = total.get(key, 0) + value
-    total["fallbacks"] = dict(total["fallbacks"])
-    total["choose_ms"] = percentiles_ms([s for router in _routers() for s in router.counters.choose_s])
-    mirror: Counter = Counter()
-    for router in _routers():
-        mirror.update(router.mirror.counters.as_dict())
-    total["mirror"] = dict(mirror) | {
-        "lag_ms": percentiles_ms([s for router in _routers() for s in router.mirror.counters.lag_s])
-    }
-    return total
-
-
-def percentiles_ms(samples_s: list[float]) -> dict[str, Any]:
-    """n, p50, p90, p99 in milliseconds of durations in seconds (None when there are none)."""
-    samples = sorted(samples_s)
-    return {"n": len(samples)} | {
-        f"p{q}": 1e3 * samples[min(len(samples) - 1, len(samples) * q // 100)] if samples else None
-        for q in (50, 90, 99)
-    }
-
-
-def recent_decisions(limit: int = 100) -> list[RoutedRequest]:
-    """The last `limit` requests this process's routers sent, oldest first."""
-    merged = sorted((d for router in _routers() for d in router.counters.recent), key=lambda d: d.at)
-    return merged[-limit:]
-
-
-def _routers() -> list[EPPRequestRouter]:
-    return [r for ref in list(_registry()) if (r := ref()) is not None]
-
-
-async def _ignore_report(*_: Any) -> None:
-    """The router reads its scrapers' last metrics itself; nothing to report anywhere."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -225,6 +146,8 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         retry_startup_s: float = 5.0,
         scrape_metrics: bool = True,
         scrape: dict[str, Any] | None = None,
+        learn_on_decision: bool = True,
+        infer_first_token: bool = True,
         **_: Any,
     ) -> None:
         """Called by Serve with `request_router_kwargs`. `config`: a path or YAML text (None: Ray
@@ -233,7 +156,12 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         its events to the profile actors and takes the other routers'. `scrape_metrics`: scrape the
         engine's Prometheus page of replicas that have an HTTP endpoint (Serve's direct ingress, or `epp.metrics_url` in
         their metadata) with the engine presets, as the gateway's metrics actors do; `scrape`:
-        `ActorOptions` scrape fields (`refresh_interval_s`, `scrape_timeout_s`, `metrics_path`)."""
+        `ActorOptions` scrape fields (`refresh_interval_s`, `scrape_timeout_s`, `metrics_path`).
+        `learn_on_decision`: the mirror learns a decision (PreRequest) when it is made, as GIE's
+        director runs PreRequest right after the pick; False: when Serve reports it routed, a
+        replica round trip later, so the decisions in between do not see it. `infer_first_token`:
+        tell the ledger of first tokens inferred from the replicas' published engine queues
+        (serve_app/llm_first_token.py); False: a request's prompt counts until it completes."""
         self._cfg = read_config(config)
         self._handler = build_plugins(self._cfg).handler
         self.mirror = RouterMirror(self._cfg, f"router-{uuid.uuid4().hex[:12]}", sync_interval_s)
@@ -247,17 +175,18 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._starting: asyncio.Future | None = None
         self._retry_at = 0.0
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="epp-router")
-        # internal request id -> (request, result) awaiting on_request_routed; then -> (request, replica)
-        self._decisions: OrderedDict[str, tuple[LLMRequest, SchedulingResult | None]] = OrderedDict()
+        # internal request id -> (request, result, when decided) awaiting on_request_routed;
+        # then -> (request, replica)
+        self._decisions: OrderedDict[str, tuple[LLMRequest, SchedulingResult | None, float]] = OrderedDict()
         self._routed: OrderedDict[str, tuple[LLMRequest, str]] = OrderedDict()
         self._scrape = scrape_metrics
-        self._scrape_options = ActorOptions(**{"refresh_interval_s": 0.1, **(scrape or {})})
-        self._scrapers: dict[str, PodScraper | None] = {}  # replica name -> its page's scraper (None: bad URL)
+        self._learn_on_decision = learn_on_decision
+        self._first_tokens = FirstTokenInference() if infer_first_token else None
+        self._scrapers = ReplicaScrapers(ActorOptions(**{"refresh_interval_s": 0.1, **(scrape or {})}))
         self._endpoints: dict[ReplicaID, ConvertedReplica] = {}  # see endpoint_of
         self._infos_changed = True  # a replica came, went or changed its info: check the scrapers
         self.counters = RouterCounters()
-        registry = _registry()
-        registry[:] = [r for r in registry if r() is not None] + [weakref.ref(self)]
+        register(self)
 
     # --- the profile actors ----------------------------------------------------------------------
 
@@ -294,20 +223,6 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._attached = True
         return self.mirror
 
-    # --- scraping replicas that have an HTTP endpoint ------------------------------------------------
-
-    def metrics_url(self, replica: RunningReplica) -> str | None:
-        """Where the replica's engine metrics are: its metadata's `epp.metrics_url`, else its
-        direct-ingress HTTP endpoint + metrics_path; None when it has neither."""
-        url = replica.replica_metadata.get(METRICS_URL_KEY)
-        if isinstance(url, str) and url:
-            return url
-        host_port = replica.backend_http_endpoint
-        if host_port is None:
-            return None
-        host = f"[{host_port[0]}]" if ":" in host_port[0] else host_port[0]
-        return f"http://{host}:{host_port[1]}{self._scrape_options.metrics_path}"
-
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         super().update_replicas(replicas)
         if hasattr(self, "_endpoints"):  # forget replicas that went away
@@ -316,8 +231,23 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             self._infos_changed = True
         if getattr(self, "_scrapers", None):  # stop those of replicas that went away (all: app deleted)
             self._on_loop(self._sync_scrapers)
+        if getattr(self, "_first_tokens", None) is not None:  # new routing stats: whose first token came
+            self._on_loop(self._published, replicas)
         if not replicas and getattr(self, "_attached", False):  # deleted (or scaled to zero): stop following
             self._on_loop(self._detach)
+
+    def _published(self, replicas: list[RunningReplica]) -> None:
+        """First tokens inferred from the replicas' published engine queues reach the ledger."""
+        assert self._first_tokens is not None
+        self._first_tokens.forget({r.replica_id.unique_id for r in replicas})
+        for replica in replicas:
+            queue = published_queue(replica.routing_stats)
+            if queue is None:
+                continue
+            name = replica.replica_id.unique_id
+            for request in self._first_tokens.published(name, *queue):
+                self.counters.first_tokens_inferred += 1
+                self.mirror.first_token(request, name)
 
     def _detach(self) -> None:
         """Stop the mirror's syncs; the next request attaches again from the cursor held."""
@@ -326,37 +256,9 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._event_loop.create_task(self.mirror.close())
 
     def _sync_scrapers(self) -> None:
-        """One scraper per current replica that has a metrics URL and publishes no engine state (on
-        the router's loop)."""
-        current = {rid.unique_id: r for rid, r in self.curr_replicas.items() if self._conversion(r).endpoint is None}
-        for name in [n for n in self._scrapers if n not in current]:
-            scraper = self._scrapers.pop(name)
-            if scraper is not None:
-                asyncio.get_running_loop().create_task(scraper.stop())
-        for name, replica in current.items():
-            if name in self._scrapers or (url := self.metrics_url(replica)) is None:
-                continue
-            parts = urlsplit(url)
-            try:
-                spec = PodSpec(name=name, address=parts.hostname or "", port=parts.port or 80,
-                               labels={str(k): str(v) for k, v in replica.replica_metadata.items()})  # fmt: skip
-            except ValueError as err:
-                log.warning("EPPRequestRouter: replica %s has a bad metrics URL %r: %s", name, url, err)
-                self._scrapers[name] = None  # not tried again
-                continue
-            options = self._scrape_options.model_copy(update={"metrics_path": parts.path or "/metrics"})
-            scraper = PodScraper(spec, options, _ignore_report)
-            scraper.start()
-            self._scrapers[name] = scraper
-
-    def scraped(self, name: str) -> Metrics | None:
-        """A replica's last scraped engine metrics, if fresh (within 10 scrape timeouts)."""
-        scraper = self._scrapers.get(name)
-        if scraper is None or scraper.last_metrics is None or scraper.last_success is None:
-            return None
-        if time.monotonic() - scraper.last_success > 10 * self._scrape_options.scrape_timeout_s:
-            return None
-        return replace(scraper.last_metrics)
+        """Scrape the current replicas that publish no engine state (on the router's loop)."""
+        self._scrapers.sync({rid.unique_id: r for rid, r in self.curr_replicas.items()
+                             if self._conversion(r).endpoint is None})  # fmt: skip
 
     # --- endpoints from replicas -----------------------------------------------------------------
 
@@ -370,7 +272,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         cached = self._conversion(replica)
         if cached.endpoint is not None:
             return cached.endpoint
-        scraped = self.scraped(rid.unique_id) if self._scrapers else None
+        scraped = self._scrapers.scraped(rid.unique_id) if self._scrapers else None
         if scraped is not None:  # its engine's own /metrics page
             metrics = scraped
         else:  # nothing published: Serve's own count of the replica's ongoing requests
@@ -449,6 +351,9 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             self._sync_scrapers()
             self._infos_changed = False
         mirror = await self._ensure_mirror()
+        # An earlier decision (of the last second: not a lost one) not yet routed: unseen by the mirror.
+        if self._decisions and next(reversed(self._decisions.values()))[2] > time.perf_counter() - 1.0:
+            self.counters.decided_unseen += 1
         endpoints = [self.endpoint_of(r) for r in candidates]
         by_name = {r.replica_id.unique_id: r for r in candidates}
         request = request_of(pending_request, self._deployment_id.name)
@@ -462,6 +367,8 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         if not targets:
             raise NoDecision("no_target", f"primary profile {result.primary_profile_name!r} chose no replica")
         self._remember(pending_request, (request, result))
+        if self._learn_on_decision:
+            mirror.pre_request(request, result)
         chosen = {t.replica_id for t in targets}
         rest = [r for r in candidates if r.replica_id not in chosen]
         return [[t] for t in targets] + ([rest] if rest else [])
@@ -470,7 +377,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         iid = pending_request.metadata.internal_request_id
         if decision is None:
             decision = (request_of(pending_request, self._deployment_id.name), None)
-        self._decisions[iid] = decision
+        self._decisions[iid] = (*decision, time.perf_counter())
         self._decisions.move_to_end(iid)
         while len(self._decisions) > MAX_REMEMBERED:
             self._decisions.popitem(last=False)
@@ -498,19 +405,27 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     def _routed_event(self, pending_request: PendingRequest, replica_name: str) -> None:
         iid = pending_request.metadata.internal_request_id
         decision = self._decisions.pop(iid, None)
-        request, result = decision or (request_of(pending_request, self._deployment_id.name), None)
+        if decision is not None:
+            request, result, decided_at = decision
+            self.counters.routed_after_s.append(time.perf_counter() - decided_at)
+        else:
+            request, result = request_of(pending_request, self._deployment_id.name), None
         self.counters.routed += 1
         first = result.primary.target_endpoints[0].name if result is not None else None
         how = "fallback" if result is None else "scheduled" if first == replica_name else "moved"
+        learned = result is not None and self._learn_on_decision  # the mirror has the decision already
         if how != "scheduled":
             if result is not None:
                 self.counters.routed_not_first += 1
             result = self._result_for(result, replica_name)
         self.counters.recent.append(RoutedRequest(iid, request.target_model, replica_name, how, time.time()))
         self._routed[iid] = (request.without_body(), replica_name)
+        if self._first_tokens is not None:
+            self._first_tokens.routed(replica_name, self._routed[iid][0], time.time())
         while len(self._routed) > MAX_REMEMBERED:
             self._routed.popitem(last=False)
-        self.mirror.pre_request(request, result)  # queued for the actors until the mirror attaches
+        if not learned or how == "moved":  # a moved request's ledger entry is replaced (same id)
+            self.mirror.pre_request(request, result)  # queued for the actors until the mirror attaches
 
     def _result_for(self, result: SchedulingResult | None, replica_name: str) -> SchedulingResult:
         """The decision as it was carried out: Serve sent the request to `replica_name` (back-pressure
@@ -535,31 +450,11 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             return
         del self._routed[iid]
         self.counters.completed += 1
+        if self._first_tokens is not None:
+            self._first_tokens.completed(replica_name, iid)
         self.mirror.response_complete(routed[0], replica_name)
 
 
-# --- requests from Serve's pending requests ---------------------------------------------------------
-
-
-def body_of(args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The OpenAI-shaped body among a handle call's arguments: a dict, or a pydantic request such as
-    vLLM's ChatCompletionRequest / CompletionRequest (only the fields scheduling reads)."""
-    for value in [*args, *kwargs.values()]:
-        if isinstance(value, dict) and ("messages" in value or "prompt" in value):
-            return value
-        dump = getattr(value, "model_dump", None)
-        if dump is not None and (hasattr(value, "messages") or hasattr(value, "prompt")):
-            try:
-                return dump(include=set(SCHEDULING_BODY_FIELDS), exclude_none=True)
-            except Exception:  # an odd model: schedule without a body
-                return {}
-    return {}
-
-
-def request_of(pending_request: PendingRequest, default_model: str) -> LLMRequest:
-    """The scheduler's request: the multiplexed model id (a LoRA adapter) is the target model, else
-    the body's model, else `default_model` (the deployment's name)."""
-    metadata = pending_request.metadata
-    body = body_of(pending_request.args, pending_request.kwargs)
-    model = metadata.multiplexed_model_id or body.get("model") or default_model
-    return LLMRequest(metadata.internal_request_id, str(model), body)
+_routers = routers  # the name tests and benchmarks used before the stats had their own module
+__all__ = ["EPPRequestRouter", "RoutedRequest", "RouterCounters", "body_of", "percentiles_ms", "read_config",
+           "recent_decisions", "request_of", "router_stats"]  # fmt: skip

@@ -40,10 +40,13 @@ def engine_routing_stats(
     block_size: int = 0,
     num_blocks: int = 0,
     labels: dict[str, str] | None = None,
+    engine_queue: bool = True,
 ) -> dict[str, Any]:
     """The routing-stats dict for a replica's engine state: return it from `record_routing_stats`
     (or merge it into the dict you already return). `kv_cache_usage` is a fraction (0..1);
-    `labels` are endpoint labels for label filters (e.g. `{"llm-d.ai/role": "decode"}`)."""
+    `labels` are endpoint labels for label filters (e.g. `{"llm-d.ai/role": "decode"}`);
+    `engine_queue`: `waiting` is the engine's own queue, admitted in arrival order, so the router
+    may infer from it which requests had their first token (serve_app/llm_first_token.py)."""
     return {
         ENGINE_STATS_KEY: {
             "waiting": int(waiting),
@@ -55,6 +58,7 @@ def engine_routing_stats(
             "block_size": int(block_size),
             "num_blocks": int(num_blocks),
             "labels": dict(labels or {}),
+            "engine_queue": bool(engine_queue),
             "time": time.time(),
         }
     }
@@ -81,6 +85,17 @@ def metrics_from_stats(stats: dict[str, Any] | None) -> tuple[Metrics, dict[str,
     except (TypeError, ValueError, AttributeError):
         return None
     return metrics, labels
+
+
+def published_queue(stats: dict[str, Any] | None) -> tuple[int, float] | None:
+    """(waiting, when taken) of a replica that publishes its engine's own queue; else None."""
+    engine = (stats or {}).get(ENGINE_STATS_KEY)
+    if not isinstance(engine, dict) or engine.get("engine_queue") is not True:
+        return None
+    try:
+        return int(engine.get("waiting", 0)), float(engine.get("time", 0.0))
+    except (TypeError, ValueError):
+        return None
 
 
 class EngineStatsMixin:
@@ -126,6 +141,7 @@ class EngineStatsMixin:
             max_lora=self.epp_max_lora,
             block_size=self.epp_block_size,
             labels=self.epp_labels,
+            engine_queue=bool(limit),  # a count of tracked requests is an engine queue only with a limit
         )
 
     def record_routing_stats(self) -> dict[str, Any]:

@@ -68,3 +68,33 @@ def test_a_replica_that_becomes_overloaded_is_avoided_on_the_next_decision():
             assert await first_choice(busy) == reps[idle].replica_id.unique_id
 
     asyncio.run(run())
+
+
+def test_a_decision_is_in_the_ledger_before_serve_reports_it_and_leaves_it_at_its_inferred_first_token():
+    async def run() -> None:
+        epp = router()
+        reps: list[StandInReplica] = replicas(2)
+        for r in reps:
+            r.routing_stats = engine_routing_stats(waiting=0, running=0, block_size=16, num_blocks=1024)
+        epp.update_replicas(reps)  # type: ignore[arg-type]
+        backlog = next(p for p in epp.mirror.followers["default"].profile.plugins()
+                       if p.type_name == "prefill-backlog-scorer").backlog  # fmt: skip
+        meta = RequestMetadata(request_id="q0", internal_request_id="q0")
+        pending = PendingRequest(args=[{"model": "m", "prompt": "hello " * 400}], kwargs={}, metadata=meta)
+        ranked = await epp.choose_replicas(reps, pending)  # type: ignore[arg-type]
+        chosen = ranked[0][0]
+        assert set(backlog()) == {chosen.replica_id.unique_id}  # learned at the decision
+        tokens = backlog()[chosen.replica_id.unique_id]
+        epp.on_request_routed(pending, chosen.replica_id, None)  # Serve's report, a round trip later
+        assert backlog() == {chosen.replica_id.unique_id: tokens}  # not counted twice
+        # The replica's next published state: its engine queue is empty, so the request was admitted.
+        await asyncio.sleep(0.02)
+        chosen.routing_stats = engine_routing_stats(waiting=1, running=0, block_size=16, num_blocks=1024)
+        epp.update_replicas(reps)  # type: ignore[arg-type]
+        assert backlog() == {chosen.replica_id.unique_id: tokens}  # one waiting: it may be this one
+        await asyncio.sleep(0.001)
+        chosen.routing_stats = engine_routing_stats(waiting=0, running=1, block_size=16, num_blocks=1024)
+        epp.update_replicas(reps)  # type: ignore[arg-type]
+        assert backlog() == {} and epp.counters.first_tokens_inferred == 1
+
+    asyncio.run(run())
