@@ -15,13 +15,7 @@ from __future__ import annotations
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Scorer, ScorerCategory
-from scheduler.plugins.support.prefill_ledger import (
-    PrefillLedger,
-    PrefillLedgerParameters,
-    prompt_tokens,
-    uncached_tokens,
-)
-from scheduler.plugins.support.prefix.match_info import PREFIX_MATCH_KEY
+from scheduler.plugins.support.prefill_ledger import PrefillLedger, PrefillLedgerParameters, backlog_scores
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 
@@ -33,24 +27,4 @@ class PrefillBacklogScorer(PrefillLedger, Scorer):
     Parameters = PrefillLedgerParameters
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
-        if not endpoints:
-            return {}
-        total = prompt_tokens(request)
-        # Per endpoint only C-level work (fromkeys, min, max); Python work per busy or matched endpoint.
-        costs = dict.fromkeys(endpoints, total)
-        backlog = self.backlog()
-        matches = cycle_state.attribute_by_endpoint(PREFIX_MATCH_KEY)
-        if backlog or matches:
-            by_name = {ep.name: ep for ep in endpoints}
-            for name, tokens in backlog.items():
-                ep = by_name.get(name)
-                if ep is not None:
-                    costs[ep] += tokens
-            for name, match in matches.items():
-                if match.match_blocks and (ep := by_name.get(name)) is not None:
-                    costs[ep] -= total - uncached_tokens(total, match)
-        low, high = min(costs.values()), max(costs.values())
-        if high == low:
-            return dict.fromkeys(costs, 1.0)
-        span = high - low
-        return {ep: (high - cost) / span for ep, cost in costs.items()}
+        return backlog_scores(cycle_state, request, endpoints, self.backlog() if endpoints else {})

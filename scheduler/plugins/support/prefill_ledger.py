@@ -10,10 +10,12 @@ Ledgers are per plugin instance: in the Ray path, per profile actor, each told e
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
+from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
 from scheduler.interfaces import Parameters, PluginHandle, PreRequest, ResponseComplete, ResponseFirstToken
 from scheduler.plugins.support.inflight import InFlightLedger, LedgerClock
@@ -49,6 +51,42 @@ def prefill_target(result: SchedulingResult) -> Endpoint | None:
     return None
 
 
+def prompt_sent(request: LLMRequest, result: SchedulingResult) -> tuple[str, int] | None:
+    """(prefill target's name, uncached prompt tokens sent there) for a scheduled request."""
+    target = prefill_target(result)
+    if target is None:
+        return None
+    return target.name, uncached_tokens(prompt_tokens(request), target.attributes.get(PREFIX_MATCH_KEY))
+
+
+def backlog_scores(
+    cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint], backlog: Mapping[str, float]
+) -> dict[Endpoint, float]:
+    """Min-max scores of cost = backlog + this request's own uncached tokens at each endpoint (what
+    the `prefix-cache-scorer`, when it ran earlier in the profile, says it holds): the cheapest 1,
+    the dearest 0, all equal 1."""
+    if not endpoints:
+        return {}
+    total = prompt_tokens(request)
+    # Per endpoint only C-level work (fromkeys, min, max); Python work per busy or matched endpoint.
+    costs: dict[Endpoint, float] = dict.fromkeys(endpoints, total)
+    matches = cycle_state.attribute_by_endpoint(PREFIX_MATCH_KEY)
+    if backlog or matches:
+        by_name = {ep.name: ep for ep in endpoints}
+        for name, tokens in backlog.items():
+            ep = by_name.get(name)
+            if ep is not None:
+                costs[ep] += tokens
+        for name, match in matches.items():
+            if match.match_blocks and (ep := by_name.get(name)) is not None:
+                costs[ep] -= total - uncached_tokens(total, match)
+    low, high = min(costs.values()), max(costs.values())
+    if high == low:
+        return dict.fromkeys(costs, 1.0)
+    span = high - low
+    return {ep: (high - cost) / span for ep, cost in costs.items()}
+
+
 class PrefillLedger(LedgerClock, PreRequest, ResponseFirstToken, ResponseComplete):
     """Mixin: the hooks that keep `self.ledger`; `backlog()` reads it."""
 
@@ -60,10 +98,9 @@ class PrefillLedger(LedgerClock, PreRequest, ResponseFirstToken, ResponseComplet
         return self.ledger.totals()
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
-        target = prefill_target(result)
-        if target is not None:
-            tokens = uncached_tokens(prompt_tokens(request), target.attributes.get(PREFIX_MATCH_KEY))
-            self.ledger.add(request.request_id, [(target.name, tokens)])
+        sent = prompt_sent(request, result)
+        if sent is not None:
+            self.ledger.add(request.request_id, [sent])
 
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         self.ledger.release(request.request_id)
