@@ -45,34 +45,28 @@ PRECISE = "epp-precise"
 RESULTS = Path(__file__).parent / "results"
 
 
-def drift_pods() -> list:
-    return make_pod_configs(8, num_gpu_blocks=CACHE_PRESSURE_POD_BLOCKS, tokenizer=str(fixture_tokenizer()))
+def _on_drift_pods(name: str, title: str, source: str, workload) -> Scenario:
+    """A scenario on 8 cache-pressure pods that tokenize with the bench's real tokenizer."""
+    return Scenario(
+        name=name,
+        title=title,
+        description=source,
+        pods=lambda: make_pod_configs(8, num_gpu_blocks=CACHE_PRESSURE_POD_BLOCKS, tokenizer=str(fixture_tokenizer())),
+        workload=lambda rate, seed, n: workload(rate, seed, n, CACHE_PRESSURE),
+        fractions=(NEAR_SATURATION,),
+        policies=POLICIES,
+        duration_s=40,
+    )
 
 
 def drift_scenario() -> Scenario:
-    return Scenario(
-        name="cache-pressure-drift",
-        title="Cache pressure, real tokenizer, prose and hex content (chat)",
-        description="bench/workloads/drift.py",
-        pods=drift_pods,
-        workload=lambda rate, seed, n: drift_workload(rate, seed, n, CACHE_PRESSURE),
-        fractions=(NEAR_SATURATION,),
-        policies=POLICIES,
-        duration_s=40,
-    )
+    title = "Cache pressure, real tokenizer, prose and hex content (chat)"
+    return _on_drift_pods("cache-pressure-drift", title, "bench/workloads/drift.py", drift_workload)
 
 
 def shared_scenario() -> Scenario:
-    return Scenario(
-        name="cache-pressure-shared",
-        title="cache-pressure-drift with a third of the traffic bypassing the router",
-        description="bench/workloads/shared_pool.py",
-        pods=drift_pods,
-        workload=lambda rate, seed, n: shared_pool_workload(rate, seed, n, CACHE_PRESSURE),
-        fractions=(NEAR_SATURATION,),
-        policies=POLICIES,
-        duration_s=40,
-    )
+    title = "cache-pressure-drift with a third of the traffic bypassing the router"
+    return _on_drift_pods("cache-pressure-shared", title, "bench/workloads/shared_pool.py", shared_pool_workload)
 
 
 def scenarios() -> dict[str, Scenario]:
