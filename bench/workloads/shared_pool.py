@@ -21,10 +21,10 @@ requests, prefixes ~3.6x the pool's KV cache), and why an operator meets it:
 
 Figures are taken over the gateway's requests (what the router decides); the direct clients' TTFT
 is reported beside them. Capacity is calibrated as every scenario's, with round-robin for all the
-traffic (the pool's capacity does not depend on who sends it). Not modelled: engine restarts (a
-restarted vLLM is out of the pool while the model loads, so the router sees it leave and come back,
-which is a signal it has; the simulated pods stay up) and blocks freed by preemption beyond what
-the simulated engine does itself."""
+traffic (the pool's capacity does not depend on who sends it). Not modelled: engine restarts (rare
+at real rates, and packed into a 20 s run they would measure a pool an eighth short rather than
+routing; the simulated pods stay up) and blocks freed by preemption beyond what the simulated
+engine does itself."""
 
 from __future__ import annotations
 
