@@ -9,7 +9,10 @@ Besides `epp bench`'s scenarios, `cache-pressure-drift` (bench/workloads/drift.p
 on pods that tokenize with a real tokenizer, prose and hex content, chat requests. There the
 precise policy tokenizes with a `token-producer` reading the same tokenizer.json (as a gateway
 configured with the model's tokenizer does); without a tokenizer it takes the ids a pod's
-`/tokenize` would answer.
+`/tokenize` would answer. And `cache-pressure-shared` (bench/workloads/shared_pool.py): the drift
+workload with a third of the requests sent to the pods' Service directly, bypassing the router
+(bench/policies/service_bypass.py); its rows are the gateway's requests, and a second table gives
+the direct clients' TTFT.
 
 `--rate` is a fraction of the scenario's capacity (round-robin's, from `--capacity` or the last
 `epp bench` result in bench/results, else calibrated). Prints TTFT p50/p90/p99, throughput, prefix
@@ -27,34 +30,47 @@ from pathlib import Path
 import yaml
 
 from bench.policies import SchedulerRouter, config_path, make_policy
+from bench.policies.service_bypass import ServiceBypass
 from bench.runner import calibrate
 from bench.scenarios import NEAR_SATURATION, Scenario, build_scenarios
 from bench.tokenizer_fixture import fixture_tokenizer
 from bench.workloads import CACHE_PRESSURE, CACHE_PRESSURE_POD_BLOCKS
 from bench.workloads.drift import drift_workload
+from bench.workloads.shared_pool import is_direct, shared_pool_workload
 from scheduler import load_config
-from simulator import ClusterSim, make_pod_configs
+from simulator import ClusterSim, SimReport, make_pod_configs
 
 POLICIES = ("epp-default", "epp-precise", "sglang-cache-aware")
 PRECISE = "epp-precise"
 RESULTS = Path(__file__).parent / "results"
 
 
-def drift_scenario() -> Scenario:
+def _on_drift_pods(name: str, title: str, source: str, workload) -> Scenario:
+    """A scenario on 8 cache-pressure pods that tokenize with the bench's real tokenizer."""
     return Scenario(
-        name="cache-pressure-drift",
-        title="Cache pressure, real tokenizer, prose and hex content (chat)",
-        description="bench/workloads/drift.py",
+        name=name,
+        title=title,
+        description=source,
         pods=lambda: make_pod_configs(8, num_gpu_blocks=CACHE_PRESSURE_POD_BLOCKS, tokenizer=str(fixture_tokenizer())),
-        workload=lambda rate, seed, n: drift_workload(rate, seed, n, CACHE_PRESSURE),
+        workload=lambda rate, seed, n: workload(rate, seed, n, CACHE_PRESSURE),
         fractions=(NEAR_SATURATION,),
         policies=POLICIES,
         duration_s=40,
     )
 
 
+def drift_scenario() -> Scenario:
+    title = "Cache pressure, real tokenizer, prose and hex content (chat)"
+    return _on_drift_pods("cache-pressure-drift", title, "bench/workloads/drift.py", drift_workload)
+
+
+def shared_scenario() -> Scenario:
+    title = "cache-pressure-drift with a third of the traffic bypassing the router"
+    return _on_drift_pods("cache-pressure-shared", title, "bench/workloads/shared_pool.py", shared_pool_workload)
+
+
 def scenarios() -> dict[str, Scenario]:
-    return {**build_scenarios(), "cache-pressure-drift": drift_scenario()}
+    return {**build_scenarios(), "cache-pressure-drift": drift_scenario(), "cache-pressure-shared": shared_scenario()}
 
 
 def precise_router(tokenizer: str, seed: int) -> SchedulerRouter:
@@ -82,7 +98,14 @@ def run(scenario_name: str, rate_x: float, capacity: float, duration: float, see
     for policy in POLICIES:
         requests = scenario.run_workload(rate, seed)  # the same seed: the same requests for every policy
         router = precise_router(tokenizer, seed) if policy == PRECISE and tokenizer else make_policy(policy, seed)
-        report = ClusterSim(scenario.pods(), router, seed=seed).run(requests)
+        bypassed = any(is_direct(r) for r in requests)
+        report = ClusterSim(scenario.pods(), ServiceBypass(router, seed) if bypassed else router, seed=seed).run(
+            requests
+        )
+        direct = None
+        if bypassed:  # the gateway's requests in the row, the direct clients' apart
+            direct = _part(report, _ids(requests, True))
+            report = _part(report, _ids(requests, False))
         pred = getattr(router, "predictions", None)
         rows.append(
             {
@@ -90,6 +113,7 @@ def run(scenario_name: str, rate_x: float, capacity: float, duration: float, see
                 "policy": policy,
                 "rate": round(rate, 1),
                 "requests": len(requests),
+                "direct": direct,
                 "ttft_p50": report.ttft.p50,
                 "ttft_p90": report.ttft.p90,
                 "ttft_p99": report.ttft.p99,
@@ -104,6 +128,17 @@ def run(scenario_name: str, rate_x: float, capacity: float, duration: float, see
     return rows
 
 
+def _ids(requests: list, direct: bool) -> set[str]:
+    return {r.request_id for r in requests if is_direct(r) == direct}
+
+
+def _part(report: SimReport, ids: set[str]) -> SimReport:
+    """The report over some of its requests, on the whole run's duration."""
+    return SimReport(
+        [r for r in report.results if r.request_id in ids], report.pods, report.duration, report.wall_time_s
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenarios", default="shared-prefix,shared-prefix-llmd,cache-pressure")
@@ -114,6 +149,7 @@ def main() -> None:
     args = ap.parse_args()
     given = {k: float(v) for k, v in (kv.split("=") for kv in args.capacity.split(",") if kv)}
     known = scenarios()
+    direct_rows: list[dict] = []
     print(f"load average {os.getloadavg()[0]:.2f}")
     print(
         "| scenario | policy | req/s | TTFT p50 s | p90 s | p99 s | output tok/s | prefix hit | predicted right "
@@ -127,12 +163,24 @@ def main() -> None:
         capacity = capacity_of(name, given, args.seed)
         print(f"{name}: capacity {capacity:.1f} req/s (round-robin), load average {os.getloadavg()[0]:.2f}", flush=True)
         for r in run(name, args.rate, capacity, args.duration, args.seed):
+            if r["direct"] is not None:
+                direct_rows.append(r)
             right = "n/a" if r["predicted_right"] is None else f"{r['predicted_right']:.2f}"
             cached = "n/a" if r["predicted_right_cached"] is None else f"{r['predicted_right_cached']:.2f}"
             print(
                 f"| {r['scenario']} | {r['policy']} | {r['rate']} | {r['ttft_p50']:.3f} | {r['ttft_p90']:.3f} | "
                 f"{r['ttft_p99']:.3f} | {r['throughput']:.0f} | {r['hit_rate']:.2f} | {right} | {cached} |",
                 flush=True,
+            )
+    if direct_rows:
+        print("\ndirect clients (bypassing the router) in the same runs:")
+        print("| scenario | router | requests | TTFT p50 s | p90 s | p99 s | output tok/s | prefix hit |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in direct_rows:
+            d = r["direct"]
+            print(
+                f"| {r['scenario']} | {r['policy']} | {d.completed} | {d.ttft.p50:.3f} | {d.ttft.p90:.3f} | "
+                f"{d.ttft.p99:.3f} | {d.output_token_throughput:.0f} | {d.prefix_hit_rate:.2f} |"
             )
     print(f"load average {os.getloadavg()[0]:.2f}")
 

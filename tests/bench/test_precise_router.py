@@ -55,3 +55,37 @@ def test_with_real_tokenizer_pods_the_token_producer_keys_match_the_pods_events(
     producer = router.kv_sinks[0]
     assert producer.info()["scored"]["precise"] > 0 and router.scheduler.plugins["token-producer"].failures == 0
     assert router.predictions["right_cached"] == router.predictions["total_cached"] > 0
+
+
+def test_direct_clients_bypass_the_router_but_their_blocks_reach_its_precise_index():
+    """A pool shared with clients of the pods' Service: the router under test is never told of a
+    direct request (no route, no completion), yet the pod's KV events carry its blocks, so the
+    precise index finds the prefix on the pod the Service chose, and the approximate one does not
+    know of it (whatever pod its tie-break picks, it predicts no cached tokens there)."""
+    from bench.policies.service_bypass import ServiceBypass
+    from bench.workloads.shared_pool import DIRECT, TRAFFIC_HEADER
+
+    reqs = requests(2)
+    reqs[0].headers[TRAFFIC_HEADER] = DIRECT
+    reqs[1].arrival_time = 1.0  # the direct request is done by then
+    for policy, finds in (("epp-precise", True), ("epp-default", False)):
+        router = make_policy(policy)
+        bypass = ServiceBypass(router, seed=0)
+        assert hasattr(bypass, "on_kv_events") == finds
+        report = ClusterSim(make_pod_configs(4), bypass, seed=0).run(reqs)
+        direct_pod = next(r.pod for r in report.results if r.request_id == "r0")
+        assert bypass.direct == {"r0"} and router.predictions["total"] == 1  # only its own request
+        routed = next(r for r in report.results if r.request_id == "r1")
+        assert router.predictions["right_cached"] == finds  # its predicted cached tokens were right
+        if finds:
+            assert routed.pod == direct_pod and routed.cached_tokens > 0
+
+
+def test_shared_pool_workload_marks_a_third_direct_and_is_the_drift_workload_otherwise():
+    from bench.workloads.drift import drift_workload
+    from bench.workloads.shared_pool import is_direct, shared_pool_workload
+
+    shared, drift = shared_pool_workload(40.0, 0, 600), drift_workload(40.0, 0, 600)
+    assert [r.body for r in shared] == [r.body for r in drift]
+    assert 0.28 < sum(map(is_direct, shared)) / len(shared) < 0.39
+    assert [is_direct(r) for r in shared] == [is_direct(r) for r in shared_pool_workload(40.0, 0, 600)]
