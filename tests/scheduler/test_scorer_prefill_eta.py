@@ -203,3 +203,20 @@ def test_the_default_eta_config_loads_and_schedules_with_it():
     assert small_pod != big_pod
     nxt = sched.schedule(request(prompt="n" * 2000, request_id="next"), pods).target.name
     assert nxt == big_pod
+
+
+@pytest.mark.parametrize(
+    ("experiment", "shipped"), [("default-eta.yaml", "default.yaml"), ("lora-eta.yaml", "lora.yaml")]
+)
+def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(experiment, shipped):
+    """bench/configs/*-eta.yaml measure one change only: the same plugins, parameters and weights,
+    prefill-eta-scorer in place of prefill-backlog-scorer."""
+    swap = {"prefill-backlog-scorer": "prefill-eta-scorer"}
+
+    def body(path):
+        cfg = load_config_file(path)
+        plugins = [(swap.get(p.type, p.type), p.parameters) for p in cfg.plugins]
+        (profile,) = cfg.scheduling_profiles
+        return plugins, [(swap.get(r.plugin_ref, r.plugin_ref), r.weight) for r in profile.plugins]
+
+    assert body(CONFIGS.parent / "bench" / "configs" / experiment) == body(CONFIGS / shipped)
