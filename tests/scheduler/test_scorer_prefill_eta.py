@@ -38,8 +38,9 @@ def teach(s: PrefillEtaScorer, pod: str, n: int = 40, noise: float = 0.0) -> Non
 
 
 def weighted(s: PrefillEtaScorer, pod: str, tokens: int, age: float, horizon: float = 1.0) -> float:
-    """What an entry of `tokens` sent `age` s ago counts for, by the scorer's own prediction."""
-    return tokens * max(0.0, 1 - age / (s.expected_ttft(pod, tokens) * horizon))
+    """What an entry of `tokens` sent `age` s ago counts for, by the scorer's own prediction (at
+    least one token while it is pending)."""
+    return max(1.0, tokens * max(0.0, 1 - age / (s.expected_ttft(pod, tokens) * horizon)))
 
 
 def test_cold_every_entry_counts_in_full():
@@ -66,7 +67,9 @@ def test_it_learns_ttft_from_first_tokens_per_endpoint_with_the_pool_as_prior():
         pytest.param(
             [("pod-a", 4000)], 0.015, lambda s: {"pod-a": weighted(s, "pod-a", 1000, 0.015)}, id="a quarter gone"
         ),
-        pytest.param([("pod-a", 4000)], 0.07, lambda s: {}, id="past its expected first token: nothing left"),
+        pytest.param(
+            [("pod-a", 4000)], 0.07, lambda s: {"pod-a": 1.0}, id="past its expected first token: one token, pending"
+        ),
         pytest.param(
             [("pod-a", 4000), ("pod-a", 1000)],
             0.02,
@@ -108,7 +111,7 @@ def test_a_late_endpoint_keeps_its_backlog(noise, first_wait, late):
     horizon = oldest / s.expected_ttft("pod-a", 1000) if late else 1.0
     both = weighted(s, "pod-a", 1000, oldest, horizon) + weighted(s, "pod-a", 1000, 0.01, horizon)
     assert s.backlog() == pytest.approx({"pod-a": both})
-    assert weighted(s, "pod-a", 1000, oldest, horizon) == 0.0  # the oldest itself counts for nothing
+    assert weighted(s, "pod-a", 1000, oldest, horizon) == 1.0  # the oldest itself counts for one token
 
 
 def test_min_weight_keeps_a_share_past_the_expected_first_token():
@@ -139,6 +142,24 @@ def test_scores(matches, expected):
     if matches:
         state.set_endpoint_attributes(PREFIX_MATCH_KEY, matches)
     got = s.score(state, request(prompt="y" * 4000), [A, B, C])
+    assert {ep.name: v for ep, v in got.items()} == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("wait", "expected"),
+    [
+        pytest.param(0.07, {"pod-a": 0.0, "pod-b": 1.0}, id="past its expected first token: still worse than idle"),
+        pytest.param(0.03, {"pod-a": 0.0, "pod-b": 1.0}, id="half its expected first token ahead"),
+    ],
+)
+def test_an_unanswered_prompt_never_ties_with_an_idle_endpoint(wait, expected):
+    """A prompt past its expected first token is unanswered: its endpoint is mid-step, and a new
+    request there waits for the rest of that step, where the idle one starts it at once."""
+    s = scorer()
+    teach(s, "pod-a")
+    send(s, "pod-a", 4000, "r1")
+    s.clock.now += wait
+    got = s.score(fresh_state(), request(prompt="y" * 4000), [A, B])
     assert {ep.name: v for ep, v in got.items()} == pytest.approx(expected)
 
 
@@ -182,3 +203,20 @@ def test_the_default_eta_config_loads_and_schedules_with_it():
     assert small_pod != big_pod
     nxt = sched.schedule(request(prompt="n" * 2000, request_id="next"), pods).target.name
     assert nxt == big_pod
+
+
+@pytest.mark.parametrize(
+    ("experiment", "shipped"), [("default-eta.yaml", "default.yaml"), ("lora-eta.yaml", "lora.yaml")]
+)
+def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(experiment, shipped):
+    """bench/configs/*-eta.yaml measure one change only: the same plugins, parameters and weights,
+    prefill-eta-scorer in place of prefill-backlog-scorer."""
+    swap = {"prefill-backlog-scorer": "prefill-eta-scorer"}
+
+    def body(path):
+        cfg = load_config_file(path)
+        plugins = [(swap.get(p.type, p.type), p.parameters) for p in cfg.plugins]
+        (profile,) = cfg.scheduling_profiles
+        return plugins, [(swap.get(r.plugin_ref, r.plugin_ref), r.weight) for r in profile.plugins]
+
+    assert body(CONFIGS.parent / "bench" / "configs" / experiment) == body(CONFIGS / shipped)

@@ -21,7 +21,10 @@ scorer keeps each endpoint's mean deviation of observed from predicted TTFT (Jac
 as TCP keeps for round trips); when an endpoint's oldest pending request is older than its
 prediction + 4 deviations (TCP's retransmission rule), the endpoint is slower than its fit says,
 and all its entries' horizons stretch by that age over its prediction, so the backlog of an
-endpoint that stalls stays visible instead of fading.
+endpoint that stalls stays visible instead of fading. A pending prompt never fades below one token:
+past its expected first token it is still unanswered, so its endpoint is mid-step and a new request
+there waits for the rest of that step, where an endpoint with nothing pending starts it at once; of
+two endpoints whose faded backlogs are equal, the one with nothing pending wins.
 
 The cost of an endpoint is that faded backlog plus this request's own uncached tokens there (what
 the `prefix-cache-scorer`, when it ran earlier in the profile, says it holds), min-max over the
@@ -52,6 +55,14 @@ class PrefillEtaParameters(PrefillLedgerParameters):
     min_samples: int = Field(default=16, alias="minSamples", ge=1)
 
 
+# What a pending prompt counts for at the least, past its expected first token: it is unanswered,
+# so its endpoint is still in the step that will answer it and a new request waits for the rest of
+# that step; an endpoint with nothing pending does not. One token only breaks ties between equal
+# faded backlogs (min-max scoring gives the tie-break the scorer's full weight when all else is
+# equal, as at low load) and is negligible against any real backlog.
+PENDING_FLOOR_TOKENS = 1.0
+
+
 @register
 class PrefillEtaScorer(Scorer, PreRequest, ResponseFirstToken, ResponseComplete):
     type_name = "prefill-eta-scorer"
@@ -74,7 +85,8 @@ class PrefillEtaScorer(Scorer, PreRequest, ResponseFirstToken, ResponseComplete)
         return None if ms is None else max(ms, 1.0) / 1000
 
     def backlog(self) -> dict[str, float]:
-        """Pending uncached prompt tokens per endpoint, each weighted by its share still to run."""
+        """Pending uncached prompt tokens per endpoint, each weighted by its share still to run (at
+        least one token per pending prompt)."""
         now = self.clock()
         floor = self.params.min_weight
         out: dict[str, float] = {}
@@ -90,8 +102,7 @@ class PrefillEtaScorer(Scorer, PreRequest, ResponseFirstToken, ResponseComplete)
                     late = age > expected + 4 * self._deviation.get(name, expected / 2)
                     stretch[name] = age / expected if late else 1.0
                 weight = max(floor, 1.0 - age / (expected * stretch[name]))
-                if weight > 0.0:
-                    out[name] = out.get(name, 0.0) + tokens * weight
+                out[name] = out.get(name, 0.0) + max(tokens * weight, PENDING_FLOOR_TOKENS)
         return out
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
