@@ -40,7 +40,6 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import ray
@@ -58,18 +57,23 @@ from actors.launcher import start_router_profile_actors
 from actors.options import ActorOptions
 from scheduler import (
     Endpoint,
-    EndpointPickerConfig,
     LLMRequest,
     Metrics,
     ProfileRunResult,
     SchedulingResult,
     build_plugins,
-    load_config,
     schedule_cycles,
 )
 from serve_app.llm_first_token import FirstTokenInference
 from serve_app.llm_mirror import RouterMirror
 from serve_app.llm_requests import body_of, request_of
+from serve_app.llm_router_config import (
+    DEFAULT_CONFIG,
+    RouterConfigError,
+    check_router_config,
+    read_config,
+    scrape_options,
+)
 from serve_app.llm_router_stats import (  # the stats' public names, here too
     RoutedRequest,
     RouterCounters,
@@ -87,25 +91,12 @@ log = logging.getLogger("ray_epp.serve.llm_router")
 # Where the routers' profile actors live, whatever namespace a router runs in (Serve's replicas run
 # in "serve", a driver in its own): routers must find the same actors.
 ROUTER_NAMESPACE = "ray-epp-router"
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 NODE_LABEL = "ray.io/node-id"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 REPLICA_LABEL = "ray.io/serve-replica-id"
 # Serve's handles reach a replica by actor, not by address; an Endpoint needs one all the same.
 UNKNOWN_ADDRESS, UNKNOWN_PORT = "127.0.0.1", 8000
 MAX_REMEMBERED = 20_000  # decisions kept for on_request_routed / completions not yet seen
-
-
-def read_config(config: str | dict[str, Any] | EndpointPickerConfig | None) -> EndpointPickerConfig:
-    """A config from a file path, YAML text, a dict or a config; None: Ray EPP's default."""
-    if config is None:
-        return load_config(DEFAULT_CONFIG.read_text())
-    if isinstance(config, str) and "\n" not in config and config.strip().endswith((".yaml", ".yml", ".json")):
-        path = Path(config)
-        if not path.is_absolute() and not path.exists():
-            path = Path(__file__).resolve().parents[1] / config  # relative to the project
-        return load_config(path.read_text())
-    return load_config(config)
 
 
 @dataclass(slots=True, frozen=True)
@@ -163,6 +154,16 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         tell the ledger of first tokens inferred from the replicas' published engine queues
         (serve_app/llm_first_token.py); False: a request's prompt counts until it completes."""
         self._cfg = read_config(config)
+        # What it can not run is refused here, never run as something else. Serve builds the router
+        # inside its long-poll callback, where an exception leaves every request waiting for a
+        # router that never comes: so the refusal is kept, logged, and fails each request instead.
+        self.refused: RouterConfigError | None = None
+        try:
+            check_router_config(self._cfg)
+            scraping = scrape_options(self._cfg, scrape, scrape_metrics)
+        except RouterConfigError as err:
+            self.refused, scraping, scrape_metrics = err, ActorOptions(), False
+            log.error("EPPRequestRouter for %s refuses its config; every request fails: %s", self._deployment_id, err)
         self._handler = build_plugins(self._cfg).handler
         self.mirror = RouterMirror(self._cfg, f"router-{uuid.uuid4().hex[:12]}", sync_interval_s)
         self._profiles = {p.name: p.name for p in self._cfg.scheduling_profiles}
@@ -182,7 +183,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._scrape = scrape_metrics
         self._learn_on_decision = learn_on_decision
         self._first_tokens = FirstTokenInference() if infer_first_token else None
-        self._scrapers = ReplicaScrapers(ActorOptions(**{"refresh_interval_s": 0.1, **(scrape or {})}))
+        self._scrapers = ReplicaScrapers(scraping)
         self._endpoints: dict[ReplicaID, ConvertedReplica] = {}  # see endpoint_of
         self._infos_changed = True  # a replica came, went or changed its info: check the scrapers
         self.counters = RouterCounters()
@@ -322,6 +323,11 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     ) -> list[list[RunningReplica]]:
         if pending_request is None or not candidate_replicas:
             return [candidate_replicas] if candidate_replicas else []
+        if self.refused is not None:  # the caller gets the refusal (Serve stops routing a done request)
+            if not pending_request.future.done():
+                pending_request.future.set_exception(self.refused)
+            self.counters.refused += 1
+            return [candidate_replicas]
         started = time.perf_counter()
         try:
             ranked = await self._schedule(candidate_replicas, pending_request)
@@ -456,5 +462,16 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
 
 _routers = routers  # the name tests and benchmarks used before the stats had their own module
-__all__ = ["EPPRequestRouter", "RoutedRequest", "RouterCounters", "body_of", "percentiles_ms", "read_config",
-           "recent_decisions", "request_of", "router_stats"]  # fmt: skip
+__all__ = [
+    "DEFAULT_CONFIG",
+    "EPPRequestRouter",
+    "RoutedRequest",
+    "RouterConfigError",
+    "RouterCounters",
+    "body_of",
+    "percentiles_ms",
+    "read_config",
+    "recent_decisions",
+    "request_of",
+    "router_stats",
+]  # fmt: skip
