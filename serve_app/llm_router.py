@@ -251,10 +251,21 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                 self.mirror.first_token(request, name)
 
     def _detach(self) -> None:
-        """Stop the mirror's syncs; the next request attaches again from the cursor held."""
+        """Stop following and let go of the mirror's state (its prefix index, ledgers): a router
+        stays alive as long as its handle, which Serve caches per deployment, and every object it
+        holds is walked by each full collection of the process's garbage collector (the pauses
+        grew with each dead router kept). The next request attaches a fresh mirror, rebuilt from
+        the actors' logs as a late router's is; the counters carry over."""
         self._attached = False
         self._starting = None
-        self._event_loop.create_task(self.mirror.close())
+        old = self.mirror
+        self.mirror = RouterMirror(self._cfg, f"router-{uuid.uuid4().hex[:12]}", old.sync_interval_s)
+        self.mirror.counters = old.counters
+        self._decisions.clear()
+        self._routed.clear()
+        if self._first_tokens is not None:
+            self._first_tokens = FirstTokenInference()
+        self._event_loop.create_task(old.close())  # a last sync sends what it still queued
 
     def _sync_scrapers(self) -> None:
         """Scrape the current replicas that publish no engine state (on the router's loop)."""
