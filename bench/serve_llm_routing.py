@@ -10,7 +10,9 @@ Routers: `epp` (EPPRequestRouter with configs/default.yaml, or configs/lora.yaml
 `pow2` (Serve's default PowerOfTwoChoicesRequestRouter) and `prefix-affinity` (ray.llm's
 PrefixCacheAffinityRouter, imported from ray.llm._internal...prefix_aware, which needs no vLLM; the
 public `ray.serve.llm.request_router` re-export imports `ray.serve.llm`, which needs pyarrow).
-Serve's two run as thin subclasses that time `choose_replicas` (nothing else changes).
+All three run as thin subclasses (`TimedPowerOfTwo`, `TimedPrefixCacheAffinity`, `TimedEPP`) that
+time `choose_replicas` and stamp each request's steps in the router (nothing else changes), so
+every request's TTFT splits into phases (`phases`). One unmeasured run comes first (`settle`).
 
 Per run: TTFT p50/p90 as the caller sees it (its latency minus the replica's first-token-to-end
 time: routing, Serve's queueing, prefill), the prefix-cache hit rate (prompt tokens the engines
