@@ -628,10 +628,10 @@ def _init_with_retries(attempts: int) -> None:
 
 
 async def settle(workload_name: str, shape: Shape, replicas: int, seed: int) -> None:
-    """One run not measured before the measured ones: a fresh Ray's first minute (its processes
-    starting, Serve's controller busy) slowed whichever router's run came first (the time from a
-    choice to the replica's method starting was twice the later runs' in the first run of 07:13
-    UTC, docs/BENCHMARKS.md), and `epp` comes first in the default order."""
+    """One run not measured before the measured ones, so that the first measured run (`epp`'s in
+    the default order) does not also pay for a fresh Ray's first minute (its processes starting,
+    Serve's controller busy). Hygiene: its effect could not be told apart from the machine's load
+    swings (docs/BENCHMARKS.md, "Where a request's TTFT goes")."""
     few = Shape(**{**asdict(shape), "requests": min(shape.requests, 48)})
     await run_one("pow2", workload_name, few, replicas, seed + 2000, warmup=4)
 
