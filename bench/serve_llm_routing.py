@@ -129,6 +129,7 @@ EPP_VARIANTS: dict[str, dict[str, Any]] = {
     "epp-completion-only": {"infer_first_token": False},
     "epp-before": {"learn_on_decision": False, "infer_first_token": False},
     "epp-sync50": {"sync_interval_s": 0.05},
+    "epp-traced": {"trace_decisions": 5000},  # each decision's scores in the answers (`--details`)
 }
 
 
@@ -370,6 +371,12 @@ class LoopWatch:
         }
 
 
+def _epp_routers(deployment: str) -> list[Any]:
+    from serve_app.llm_router_stats import routers
+
+    return [r for r in routers() if r._deployment_id.name == deployment]
+
+
 def process_state() -> dict[str, Any]:
     """What this process holds after a run: EPP routers alive (of this and earlier runs) and the
     objects the garbage collector tracks (what a full collection walks)."""
@@ -487,8 +494,11 @@ async def run_one(
             answers, errors = await send(handle, requests)
         wall = time.monotonic() - started
         lines = _timelines()
+        traces = {k: v for r in _epp_routers(deployment) for k, v in r.decision_traces.items()}
         for a in answers:
             a["phases"] = phases(a, lines.get(a.get("internal_request_id", "")))
+            if traces:
+                a["trace"] = traces.get(a.get("internal_request_id", ""))
         lines.clear()
         DETAILS[deployment] = [{k: v for k, v in a.items() if k != "choices"} for a in answers]
         ttft = [a["ttft_client_s"] for a in answers]

@@ -64,6 +64,7 @@ from scheduler import (
     build_plugins,
     schedule_cycles,
 )
+from scheduler.trace import SchedulingTrace
 from serve_app.llm_first_token import FirstTokenInference
 from serve_app.llm_mirror import RouterMirror
 from serve_app.llm_requests import body_of, request_of
@@ -139,6 +140,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         scrape: dict[str, Any] | None = None,
         learn_on_decision: bool = True,
         infer_first_token: bool = True,
+        trace_decisions: int = 0,
         **_: Any,
     ) -> None:
         """Called by Serve with `request_router_kwargs`. `config`: a path or YAML text (None: Ray
@@ -152,7 +154,10 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         director runs PreRequest right after the pick; False: when Serve reports it routed, a
         replica round trip later, so the decisions in between do not see it. `infer_first_token`:
         tell the ledger of first tokens inferred from the replicas' published engine queues
-        (serve_app/llm_first_token.py); False: a request's prompt counts until it completes."""
+        (serve_app/llm_first_token.py); False: a request's prompt counts until it completes.
+        `trace_decisions`: keep the scheduling traces (each scorer's scores, the picks) of the last
+        this many decisions in `decision_traces`, by internal request id, to see why a request
+        went where it went (costs a little per decision; 0: none)."""
         self._cfg = read_config(config)
         # What it can not run is refused here, never run as something else. Serve builds the router
         # inside its long-poll callback, where an exception leaves every request waiting for a
@@ -187,6 +192,8 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._endpoints: dict[ReplicaID, ConvertedReplica] = {}  # see endpoint_of
         self._infos_changed = True  # a replica came, went or changed its info: check the scrapers
         self.counters = RouterCounters()
+        self.decision_traces: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._trace_decisions = trace_decisions
         register(self)
 
     # --- the profile actors ----------------------------------------------------------------------
@@ -374,8 +381,9 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         endpoints = [self.endpoint_of(r) for r in candidates]
         by_name = {r.replica_id.unique_id: r for r in candidates}
         request = request_of(pending_request, self._deployment_id.name)
+        trace = SchedulingTrace() if self._trace_decisions else None
         try:
-            result = await schedule_cycles(self._handler, self._profiles, mirror, request, endpoints)
+            result = await schedule_cycles(self._handler, self._profiles, mirror, request, endpoints, trace=trace)
         except Exception as err:  # SchedulingError (no endpoint, profile failed) or a plugin bug
             code = getattr(getattr(err, "code", None), "value", type(err).__name__)
             raise NoDecision(f"scheduling_{code}", str(err)) from None
@@ -384,11 +392,18 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         if not targets:
             raise NoDecision("no_target", f"primary profile {result.primary_profile_name!r} chose no replica")
         self._remember(pending_request, (request, result))
+        if trace is not None:
+            self._keep_trace(pending_request.metadata.internal_request_id, trace)
         if self._learn_on_decision:
             mirror.pre_request(request, result)
         chosen = {t.replica_id for t in targets}
         rest = [r for r in candidates if r.replica_id not in chosen]
         return [[t] for t in targets] + ([rest] if rest else [])
+
+    def _keep_trace(self, iid: str, trace: SchedulingTrace) -> None:
+        self.decision_traces[iid] = trace.to_json() | {"at": time.time()}
+        while len(self.decision_traces) > self._trace_decisions:
+            self.decision_traces.popitem(last=False)
 
     def _remember(self, pending_request: PendingRequest, decision: tuple[LLMRequest, SchedulingResult] | None) -> None:
         iid = pending_request.metadata.internal_request_id
