@@ -120,12 +120,14 @@ class FakeLLMServer(EngineStatsMixin):
         return await self._run(request, "/v1/completions")
 
     async def _run(self, request: Any, path: str) -> dict[str, Any]:
+        received = time.time()  # wall clock: the caller's router stamps its steps in it too
+        internal_id = serve.context._get_serve_request_context()._internal_request_id
         body = body_of(request)
         lora = serve.get_multiplexed_model_id()
         if lora:
             await self.load_lora(lora)
         body.update(model=lora or self.pod.cfg.model, stream=True, stream_options={"include_usage": True})
-        started = time.monotonic()
+        started, started_wall = time.monotonic(), time.time()
         first = 0.0
         usage: dict[str, Any] = {}
         async with self.http.post(f"{self.pod.url}{path}", json=body) as response:
@@ -146,6 +148,9 @@ class FakeLLMServer(EngineStatsMixin):
             "rank": self.rank,
             "lora": lora,
             "engine_start": started,  # time.monotonic(): one clock for every process on the machine
+            "received_wall": received,
+            "prep_s": started_wall - received,  # in the replica before the engine call (LoRA load)
+            "internal_request_id": internal_id,
             "ttft_s": (first or done) - started,
             "tail_s": done - (first or done),
             "prompt_tokens": int(usage.get("prompt_tokens", 0)),

@@ -10,7 +10,9 @@ Routers: `epp` (EPPRequestRouter with configs/default.yaml, or configs/lora.yaml
 `pow2` (Serve's default PowerOfTwoChoicesRequestRouter) and `prefix-affinity` (ray.llm's
 PrefixCacheAffinityRouter, imported from ray.llm._internal...prefix_aware, which needs no vLLM; the
 public `ray.serve.llm.request_router` re-export imports `ray.serve.llm`, which needs pyarrow).
-Serve's two run as thin subclasses that time `choose_replicas` (nothing else changes).
+All three run as thin subclasses (`TimedPowerOfTwo`, `TimedPrefixCacheAffinity`, `TimedEPP`) that
+time `choose_replicas` and stamp each request's steps in the router (nothing else changes), so
+every request's TTFT splits into phases (`phases`). One unmeasured run comes first (`settle`).
 
 Per run: TTFT p50/p90 as the caller sees it (its latency minus the replica's first-token-to-end
 time: routing, Serve's queueing, prefill), the prefix-cache hit rate (prompt tokens the engines
@@ -44,7 +46,7 @@ from ray.serve.config import RequestRouterConfig
 
 from bench import workloads as wl
 from bench.serve_llm_replica import FakeLLMServer, request_model
-from serve_app.llm_router import ROUTER_NAMESPACE, read_config, router_stats
+from serve_app.llm_router import ROUTER_NAMESPACE, EPPRequestRouter, read_config, router_stats
 from simulator import DEFAULT_MODEL, SimRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,19 +66,53 @@ def _samples() -> dict[str, tuple[str, list[float]]]:
     return vars(importlib.import_module(MODULE)).setdefault("_CHOOSE_S", {})
 
 
+def _timelines() -> dict[str, dict[str, float]]:
+    """Internal request id -> when (wall clock) Serve made its pending request, the router first
+    began and last ended choose_replicas, and Serve reported it routed; in this process (see
+    `_samples`)."""
+    return vars(importlib.import_module(MODULE)).setdefault("_TIMELINES", {})
+
+
+def _router_loops() -> dict[str, asyncio.AbstractEventLoop]:
+    """Deployment name -> the event loop its router runs on (Serve runs routers on a loop of their
+    own, in another thread than the caller's); in this process (see `_samples`)."""
+    return vars(importlib.import_module(MODULE)).setdefault("_ROUTER_LOOPS", {})
+
+
 class _Timed:
+    """Times choose_replicas and stamps each request's steps in the router (every router alike)."""
+
+    times_itself = False  # EPPRequestRouter keeps its own choose_replicas samples
+
     async def choose_replicas(self, candidate_replicas, pending_request=None):  # type: ignore[no-untyped-def]
-        started = time.perf_counter()
+        started, wall = time.perf_counter(), time.time()
         try:
             return await super().choose_replicas(candidate_replicas, pending_request)  # type: ignore[misc]
         finally:
             if pending_request is not None:
                 name = self._deployment_id.name  # type: ignore[attr-defined]
-                _samples().setdefault(name, (type(self).__name__, []))[1].append(time.perf_counter() - started)
+                _router_loops()[name] = self._event_loop  # type: ignore[attr-defined]
+                if not self.times_itself:
+                    _samples().setdefault(name, (type(self).__name__, []))[1].append(time.perf_counter() - started)
+                first = {"created": pending_request.created_at, "choose_start": wall}
+                line = _timelines().setdefault(pending_request.metadata.internal_request_id, first)
+                line["choose_end"] = time.time()
+
+    def on_request_routed(self, pending_request, replica_id, result):  # type: ignore[no-untyped-def]
+        line = _timelines().get(pending_request.metadata.internal_request_id)
+        if line is not None:
+            line["routed"] = time.time()
+        super().on_request_routed(pending_request, replica_id, result)  # type: ignore[misc]
 
 
 class TimedPowerOfTwo(_Timed, PowerOfTwoChoicesRequestRouter):
     """Serve's default router, timed."""
+
+
+class TimedEPP(_Timed, EPPRequestRouter):
+    """EPPRequestRouter with the same per-request stamps as Serve's two (it times choose itself)."""
+
+    times_itself = True
 
 
 class TimedPrefixCacheAffinity(_Timed, PrefixCacheAffinityRouter):
@@ -92,6 +128,8 @@ EPP_VARIANTS: dict[str, dict[str, Any]] = {
     "epp-learn-routed": {"learn_on_decision": False},
     "epp-completion-only": {"infer_first_token": False},
     "epp-before": {"learn_on_decision": False, "infer_first_token": False},
+    "epp-sync50": {"sync_interval_s": 0.05},
+    "epp-traced": {"trace_decisions": 5000},  # each decision's scores in the answers (`--details`)
 }
 
 
@@ -101,7 +139,7 @@ def epp_config(workload: str) -> str:
 
 def router_config(router: str, workload: str) -> RequestRouterConfig:
     if router in EPP_VARIANTS:
-        cls, kwargs = "serve_app.llm_router:EPPRequestRouter", {"config": epp_config(workload)} | EPP_VARIANTS[router]
+        cls, kwargs = f"{MODULE}:TimedEPP", {"config": epp_config(workload)} | EPP_VARIANTS[router]
     elif router == "pow2":
         cls, kwargs = f"{MODULE}:TimedPowerOfTwo", {}
     elif router == "prefix-affinity":
@@ -232,6 +270,46 @@ def diagnose(answers: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+PHASES = ("to_router", "router_queue", "choose", "dispatch", "replica_prep", "engine", "back")
+
+
+def phases(answer: dict[str, Any], line: dict[str, float] | None) -> dict[str, float] | None:
+    """Where one request's caller TTFT went, in seconds (they sum to it): the handle's hop to the
+    router (`to_router`: call to Serve's pending request), the wait for a routing task
+    (`router_queue`), `choose` (first choose_replicas start to last end: several on back-off),
+    `dispatch` (the choice to the replica's method starting: Serve's rejection round trip and the
+    actor call), `replica_prep` (the method before the engine call), `engine` (the engine's queue
+    and prefill) and `back` (the answer's way back to the caller)."""
+    if line is None or "choose_end" not in line:
+        return None
+    out = {
+        "to_router": line["created"] - answer["sent_wall"],
+        "router_queue": line["choose_start"] - line["created"],
+        "choose": line["choose_end"] - line["choose_start"],
+        "dispatch": answer["received_wall"] - line["choose_end"],
+        "replica_prep": answer["prep_s"],
+        "engine": answer["ttft_s"],
+    }
+    out["back"] = answer["ttft_client_s"] - sum(out.values())
+    return out
+
+
+def breakdown(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The phases' p50 / p90 over all requests, and their mean over the slowest tenth (TTFT at or
+    above its p90): what the tail is made of."""
+    split = [(a["ttft_client_s"], p) for a in answers if (p := a.get("phases"))]
+    if not split:
+        return {}
+    cut = quantile([t for t, _ in split], 0.9)
+    tail = [p for t, p in split if t >= cut]
+    out: dict[str, Any] = {"timed": len(split)}
+    for name in PHASES:
+        values = [p[name] for _, p in split]
+        out[name] = {"p50_ms": 1e3 * quantile(values, 0.5), "p90_ms": 1e3 * quantile(values, 0.9),
+                     "tail_mean_ms": 1e3 * sum(p[name] for p in tail) / len(tail)}  # fmt: skip
+    return out
+
+
 DETAILS: dict[str, list[dict[str, Any]]] = {}  # run name -> its answers (`--details`)
 
 
@@ -242,17 +320,20 @@ class LoopWatch:
 
     TICK_S = 0.002
 
-    def __init__(self) -> None:
+    def __init__(self, router_loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.late_s: list[float] = []
+        self.router_late_s: list[float] = []  # the same on the router's own loop
         self.gc_s: list[float] = []
         self._gc_started = 0.0
         self._task: asyncio.Task | None = None
+        self._router_loop = router_loop
+        self._router_task: Any = None
 
-    async def _tick(self) -> None:
+    async def _tick(self, into: list[float]) -> None:
         while True:
             before = time.perf_counter()
             await asyncio.sleep(self.TICK_S)
-            self.late_s.append(time.perf_counter() - before - self.TICK_S)
+            into.append(time.perf_counter() - before - self.TICK_S)
 
     def _gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -262,13 +343,17 @@ class LoopWatch:
 
     def __enter__(self) -> LoopWatch:
         gc.callbacks.append(self._gc)
-        self._task = asyncio.get_running_loop().create_task(self._tick())
+        self._task = asyncio.get_running_loop().create_task(self._tick(self.late_s))
+        if self._router_loop is not None and self._router_loop is not asyncio.get_running_loop():
+            self._router_task = asyncio.run_coroutine_threadsafe(self._tick(self.router_late_s), self._router_loop)
         return self
 
     def __exit__(self, *_: Any) -> None:
         gc.callbacks.remove(self._gc)
         if self._task is not None:
             self._task.cancel()
+        if self._router_task is not None:
+            self._router_task.cancel()
 
     def summary(self) -> dict[str, Any]:
         late = sorted(self.late_s)
@@ -277,9 +362,28 @@ class LoopWatch:
             "loop_late_p99_ms": 1e3 * quantile(late, 0.99),
             "loop_late_max_ms": 1e3 * max(late, default=0.0),
             "loop_late_over_50ms": sum(1 for x in late if x > 0.05),
+            "router_loop_late_p50_ms": 1e3 * quantile(self.router_late_s, 0.5),
+            "router_loop_late_p90_ms": 1e3 * quantile(self.router_late_s, 0.9),
+            "router_loop_late_p99_ms": 1e3 * quantile(self.router_late_s, 0.99),
+            "router_loop_late_max_ms": 1e3 * max(self.router_late_s, default=0.0),
             "gc_gen12_pauses": len(self.gc_s),
             "gc_max_ms": 1e3 * max(self.gc_s, default=0.0),
         }
+
+
+def _epp_routers(deployment: str) -> list[Any]:
+    from serve_app.llm_router_stats import routers
+
+    return [r for r in routers() if r._deployment_id.name == deployment]
+
+
+def process_state() -> dict[str, Any]:
+    """What this process holds after a run: EPP routers alive (of this and earlier runs) and the
+    objects the garbage collector tracks (what a full collection walks)."""
+    from serve_app.llm_router_stats import routers
+
+    gc.collect()  # after the run: count what is alive, not garbage not yet collected
+    return {"epp_routers_alive": len(routers()), "gc_tracked_objects": len(gc.get_objects())}
 
 
 def epp_debug(deployment: str, reset: bool = False) -> dict[str, Any]:
@@ -339,11 +443,11 @@ async def send(handle: Any, requests: list[SimRequest]) -> tuple[list[dict[str, 
         await asyncio.sleep(max(0.0, started + r.arrival_time - time.monotonic()))
         h = handle if r.model == DEFAULT_MODEL else handle.options(multiplexed_model_id=r.model)
         method = h.chat if "messages" in r.body else h.completions
-        sent = time.monotonic()
+        sent, sent_wall = time.monotonic(), time.time()
         out = await method.remote(request_model(r.body))
         e2e = time.monotonic() - sent
         prompt = r.body.get("prompt") or json.dumps(r.body.get("messages"))
-        return {**out, "ttft_client_s": e2e - out["tail_s"], "e2e_s": e2e, "sent": sent,
+        return {**out, "ttft_client_s": e2e - out["tail_s"], "e2e_s": e2e, "sent": sent, "sent_wall": sent_wall,
                 "group": str(prompt)[:GROUP_CHARS]}  # fmt: skip
 
     outcomes = await asyncio.gather(*(one(r) for r in requests), return_exceptions=True)
@@ -383,11 +487,19 @@ async def run_one(
         deployment = run_name(router, workload_name, replicas)
         choose_times(deployment)
         epp_debug(deployment, reset=True)
+        _timelines().clear()
         requests = workload(workload_name, shape, seed)
         started = time.monotonic()
-        with LoopWatch() as watch:
+        with LoopWatch(_router_loops().get(deployment)) as watch:
             answers, errors = await send(handle, requests)
         wall = time.monotonic() - started
+        lines = _timelines()
+        traces = {k: v for r in _epp_routers(deployment) for k, v in r.decision_traces.items()}
+        for a in answers:
+            a["phases"] = phases(a, lines.get(a.get("internal_request_id", "")))
+            if traces:
+                a["trace"] = traces.get(a.get("internal_request_id", ""))
+        lines.clear()
         DETAILS[deployment] = [{k: v for k, v in a.items() if k != "choices"} for a in answers]
         ttft = [a["ttft_client_s"] for a in answers]
         prompt = sum(a["prompt_tokens"] for a in answers)
@@ -402,11 +514,26 @@ async def run_one(
             spread=dict(sorted(Counter(f"rank{a['rank']}" for a in answers).items())),
             choose_p50_ms=1e3 * quantile(samples, 0.5) if samples else None,
             choose_p90_ms=1e3 * quantile(samples, 0.9) if samples else None,
-            routed_by=routed_by, wall_s=wall, errors=errors[:3], diagnosis=diagnose(answers) | watch.summary(),
+            routed_by=routed_by, wall_s=wall, errors=errors[:3],
+            diagnosis=diagnose(answers) | watch.summary() | {"phases": breakdown(answers)} | process_state(),
             router_debug=epp_debug(deployment) if router.startswith("epp") else {},
         )  # fmt: skip
     finally:
         await asyncio.to_thread(serve.delete, run_name(router, workload_name, replicas))
+        await forget_handle(run_name(router, workload_name, replicas))
+
+
+async def forget_handle(deployment: str) -> None:
+    """Shut down and drop Serve's cached handles of a deleted deployment: the client caches each
+    handle it gave out (`ServeControllerClient.handle_cache`), and with it the handle's router, so
+    every earlier run's router stayed alive in this process (its state walked by every full garbage
+    collection here, the routers' loop shared with the next runs)."""
+    from ray.serve.context import _get_global_client
+
+    cache = _get_global_client().handle_cache
+    for key in [k for k in cache if k[0] == deployment]:
+        await cache.pop(key).shutdown_async()
+    gc.collect()  # between runs, not inside one
 
 
 def stop_epp_actors(workload_name: str) -> None:
@@ -510,8 +637,20 @@ def _init_with_retries(attempts: int) -> None:
             time.sleep(5)
 
 
+async def settle(workload_name: str, shape: Shape, replicas: int, seed: int) -> None:
+    """One run not measured before the measured ones, so that the first measured run (`epp`'s in
+    the default order) does not also pay for a fresh Ray's first minute (its processes starting,
+    Serve's controller busy). Hygiene: its effect could not be told apart from the machine's load
+    swings (docs/BENCHMARKS.md, "Where a request's TTFT goes")."""
+    few = Shape(**{**asdict(shape), "requests": min(shape.requests, 48)})
+    await run_one("pow2", workload_name, few, replicas, seed + 2000, warmup=4)
+
+
 async def run_all(args: argparse.Namespace, shape: Shape, routers: list[str]) -> tuple[list[RunResult], ...]:
     results, overhead = [], []
+    first = next(w for w in args.workloads.split(",") if w)
+    if args.settle:
+        await settle(first, shape_for(first, shape), args.replicas, args.seed)
     for name in [w for w in args.workloads.split(",") if w]:
         for router in routers:
             result = await run_one(router, name, shape_for(name, shape), args.replicas, args.seed, args.warmup)
@@ -542,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=16)
     ap.add_argument("--tiny", action="store_true", help="a smoke-sized run")
+    ap.add_argument("--no-settle", dest="settle", action="store_false",
+                    help="skip the unmeasured run before the measured ones")  # fmt: skip
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--details", type=Path, help="write every run's answers here (per request)")
     args = ap.parse_args(argv)

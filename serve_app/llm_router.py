@@ -40,7 +40,6 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import ray
@@ -58,18 +57,24 @@ from actors.launcher import start_router_profile_actors
 from actors.options import ActorOptions
 from scheduler import (
     Endpoint,
-    EndpointPickerConfig,
     LLMRequest,
     Metrics,
     ProfileRunResult,
     SchedulingResult,
     build_plugins,
-    load_config,
     schedule_cycles,
 )
+from scheduler.trace import SchedulingTrace
 from serve_app.llm_first_token import FirstTokenInference
 from serve_app.llm_mirror import RouterMirror
 from serve_app.llm_requests import body_of, request_of
+from serve_app.llm_router_config import (
+    DEFAULT_CONFIG,
+    RouterConfigError,
+    check_router_config,
+    read_config,
+    scrape_options,
+)
 from serve_app.llm_router_stats import (  # the stats' public names, here too
     RoutedRequest,
     RouterCounters,
@@ -87,25 +92,12 @@ log = logging.getLogger("ray_epp.serve.llm_router")
 # Where the routers' profile actors live, whatever namespace a router runs in (Serve's replicas run
 # in "serve", a driver in its own): routers must find the same actors.
 ROUTER_NAMESPACE = "ray-epp-router"
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 NODE_LABEL = "ray.io/node-id"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 REPLICA_LABEL = "ray.io/serve-replica-id"
 # Serve's handles reach a replica by actor, not by address; an Endpoint needs one all the same.
 UNKNOWN_ADDRESS, UNKNOWN_PORT = "127.0.0.1", 8000
 MAX_REMEMBERED = 20_000  # decisions kept for on_request_routed / completions not yet seen
-
-
-def read_config(config: str | dict[str, Any] | EndpointPickerConfig | None) -> EndpointPickerConfig:
-    """A config from a file path, YAML text, a dict or a config; None: Ray EPP's default."""
-    if config is None:
-        return load_config(DEFAULT_CONFIG.read_text())
-    if isinstance(config, str) and "\n" not in config and config.strip().endswith((".yaml", ".yml", ".json")):
-        path = Path(config)
-        if not path.is_absolute() and not path.exists():
-            path = Path(__file__).resolve().parents[1] / config  # relative to the project
-        return load_config(path.read_text())
-    return load_config(config)
 
 
 @dataclass(slots=True, frozen=True)
@@ -148,6 +140,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         scrape: dict[str, Any] | None = None,
         learn_on_decision: bool = True,
         infer_first_token: bool = True,
+        trace_decisions: int = 0,
         **_: Any,
     ) -> None:
         """Called by Serve with `request_router_kwargs`. `config`: a path or YAML text (None: Ray
@@ -161,8 +154,21 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         director runs PreRequest right after the pick; False: when Serve reports it routed, a
         replica round trip later, so the decisions in between do not see it. `infer_first_token`:
         tell the ledger of first tokens inferred from the replicas' published engine queues
-        (serve_app/llm_first_token.py); False: a request's prompt counts until it completes."""
+        (serve_app/llm_first_token.py); False: a request's prompt counts until it completes.
+        `trace_decisions`: keep the scheduling traces (each scorer's scores, the picks) of the last
+        this many decisions in `decision_traces`, by internal request id, to see why a request
+        went where it went (costs a little per decision; 0: none)."""
         self._cfg = read_config(config)
+        # What it can not run is refused here, never run as something else. Serve builds the router
+        # inside its long-poll callback, where an exception leaves every request waiting for a
+        # router that never comes: so the refusal is kept, logged, and fails each request instead.
+        self.refused: RouterConfigError | None = None
+        try:
+            check_router_config(self._cfg)
+            scraping = scrape_options(self._cfg, scrape, scrape_metrics)
+        except RouterConfigError as err:
+            self.refused, scraping, scrape_metrics = err, ActorOptions(), False
+            log.error("EPPRequestRouter for %s refuses its config; every request fails: %s", self._deployment_id, err)
         self._handler = build_plugins(self._cfg).handler
         self.mirror = RouterMirror(self._cfg, f"router-{uuid.uuid4().hex[:12]}", sync_interval_s)
         self._profiles = {p.name: p.name for p in self._cfg.scheduling_profiles}
@@ -182,10 +188,12 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._scrape = scrape_metrics
         self._learn_on_decision = learn_on_decision
         self._first_tokens = FirstTokenInference() if infer_first_token else None
-        self._scrapers = ReplicaScrapers(ActorOptions(**{"refresh_interval_s": 0.1, **(scrape or {})}))
+        self._scrapers = ReplicaScrapers(scraping)
         self._endpoints: dict[ReplicaID, ConvertedReplica] = {}  # see endpoint_of
         self._infos_changed = True  # a replica came, went or changed its info: check the scrapers
         self.counters = RouterCounters()
+        self.decision_traces: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._trace_decisions = trace_decisions
         register(self)
 
     # --- the profile actors ----------------------------------------------------------------------
@@ -250,10 +258,21 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                 self.mirror.first_token(request, name)
 
     def _detach(self) -> None:
-        """Stop the mirror's syncs; the next request attaches again from the cursor held."""
+        """Stop following and let go of the mirror's state (its prefix index, ledgers): a router
+        stays alive as long as its handle, which Serve caches per deployment, and every object it
+        holds is walked by each full collection of the process's garbage collector (the pauses
+        grew with each dead router kept). The next request attaches a fresh mirror, rebuilt from
+        the actors' logs as a late router's is; the counters carry over."""
         self._attached = False
         self._starting = None
-        self._event_loop.create_task(self.mirror.close())
+        old = self.mirror
+        self.mirror = RouterMirror(self._cfg, f"router-{uuid.uuid4().hex[:12]}", old.sync_interval_s)
+        self.mirror.counters = old.counters
+        self._decisions.clear()
+        self._routed.clear()
+        if self._first_tokens is not None:
+            self._first_tokens = FirstTokenInference()
+        self._event_loop.create_task(old.close())  # a last sync sends what it still queued
 
     def _sync_scrapers(self) -> None:
         """Scrape the current replicas that publish no engine state (on the router's loop)."""
@@ -322,6 +341,11 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     ) -> list[list[RunningReplica]]:
         if pending_request is None or not candidate_replicas:
             return [candidate_replicas] if candidate_replicas else []
+        if self.refused is not None:  # the caller gets the refusal (Serve stops routing a done request)
+            if not pending_request.future.done():
+                pending_request.future.set_exception(self.refused)
+            self.counters.refused += 1
+            return [candidate_replicas]
         started = time.perf_counter()
         try:
             ranked = await self._schedule(candidate_replicas, pending_request)
@@ -357,8 +381,9 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         endpoints = [self.endpoint_of(r) for r in candidates]
         by_name = {r.replica_id.unique_id: r for r in candidates}
         request = request_of(pending_request, self._deployment_id.name)
+        trace = SchedulingTrace() if self._trace_decisions else None
         try:
-            result = await schedule_cycles(self._handler, self._profiles, mirror, request, endpoints)
+            result = await schedule_cycles(self._handler, self._profiles, mirror, request, endpoints, trace=trace)
         except Exception as err:  # SchedulingError (no endpoint, profile failed) or a plugin bug
             code = getattr(getattr(err, "code", None), "value", type(err).__name__)
             raise NoDecision(f"scheduling_{code}", str(err)) from None
@@ -367,11 +392,18 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         if not targets:
             raise NoDecision("no_target", f"primary profile {result.primary_profile_name!r} chose no replica")
         self._remember(pending_request, (request, result))
+        if trace is not None:
+            self._keep_trace(pending_request.metadata.internal_request_id, trace)
         if self._learn_on_decision:
             mirror.pre_request(request, result)
         chosen = {t.replica_id for t in targets}
         rest = [r for r in candidates if r.replica_id not in chosen]
         return [[t] for t in targets] + ([rest] if rest else [])
+
+    def _keep_trace(self, iid: str, trace: SchedulingTrace) -> None:
+        self.decision_traces[iid] = trace.to_json() | {"at": time.time()}
+        while len(self.decision_traces) > self._trace_decisions:
+            self.decision_traces.popitem(last=False)
 
     def _remember(self, pending_request: PendingRequest, decision: tuple[LLMRequest, SchedulingResult] | None) -> None:
         iid = pending_request.metadata.internal_request_id
@@ -456,5 +488,16 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
 
 _routers = routers  # the name tests and benchmarks used before the stats had their own module
-__all__ = ["EPPRequestRouter", "RoutedRequest", "RouterCounters", "body_of", "percentiles_ms", "read_config",
-           "recent_decisions", "request_of", "router_stats"]  # fmt: skip
+__all__ = [
+    "DEFAULT_CONFIG",
+    "EPPRequestRouter",
+    "RoutedRequest",
+    "RouterConfigError",
+    "RouterCounters",
+    "body_of",
+    "percentiles_ms",
+    "read_config",
+    "recent_decisions",
+    "request_of",
+    "router_stats",
+]  # fmt: skip

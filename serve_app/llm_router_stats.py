@@ -32,6 +32,7 @@ class RouterCounters:
     # not see the earlier one, unless the router learns its decisions when it makes them.
     decided_unseen: int = 0
     first_tokens_inferred: int = 0  # from the replicas' published queues (serve_app/llm_first_token.py)
+    refused: int = 0  # requests failed because the router refused its config (serve_app/llm_router_config.py)
     choose_s: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_SAMPLES))  # per call
     # choose_replicas' answer to on_request_routed, per routed request (Serve's rejection round trip)
     routed_after_s: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_SAMPLES))
@@ -48,6 +49,7 @@ class RouterCounters:
             "schedule_s": self.schedule_s,
             "decided_unseen": self.decided_unseen,
             "first_tokens_inferred": self.first_tokens_inferred,
+            "refused": self.refused,
         }
 
 

@@ -48,8 +48,25 @@ def test_routing_benchmark_tiny_run(ray_session):
         assert not math.isnan(r.ttft_p90_ms) and r.ttft_p50_ms <= r.ttft_p90_ms
         assert 0.0 <= r.hit_rate <= 1.0
     # each run was routed by its own router (a reused deployment name kept the first run's), timed
-    assert [r.routed_by for r in results] == ["EPPRequestRouter", "TimedPowerOfTwo", "TimedPrefixCacheAffinity"]
+    assert [r.routed_by for r in results] == ["TimedEPP", "TimedPowerOfTwo", "TimedPrefixCacheAffinity"]
+    for r in results:  # every request's TTFT split into the phases it went through, summing to it
+        assert r.diagnosis["phases"]["timed"] == 12, r.diagnosis
+    details = routing.DETAILS[routing.run_name("epp", "shared-prefix", 2)]
+    for a in details:
+        assert math.isclose(sum(a["phases"].values()), a["ttft_client_s"], abs_tol=1e-9)
+        assert a["phases"]["engine"] == a["ttft_s"] and a["phases"]["choose"] >= 0
     assert all(r.choose_p50_ms is not None and r.choose_p50_ms > 0 for r in results), results
+    # A deleted run's router holds nothing into the next runs: Serve's cached handle is dropped
+    # (bench), and a router that Serve still keeps (a handle's long-poll client can) let go of its
+    # mirror when its replicas went (serve_app/llm_router.py, `_detach`).
+    import gc
+
+    from serve_app.llm_router_stats import routers
+
+    gc.collect()
+    for r in routers():
+        if r._deployment_id.name == routing.run_name("epp", "shared-prefix", 2):
+            assert not r._attached and not r._routed and not r._decisions
     table = routing.table(results)
     assert all(f"| shared-prefix | {name} (" in table for name in routing.ROUTERS)
     assert routing.verdict(results, [])[0].startswith("shared-prefix TTFT p90")

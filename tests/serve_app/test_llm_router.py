@@ -14,6 +14,7 @@ import os
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import ray
@@ -21,7 +22,7 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 
 from bench.serve_llm_replica import FakeLLMServer
-from serve_app.llm_router import ROUTER_NAMESPACE, read_config, recent_decisions, router_stats
+from serve_app.llm_router import ROUTER_NAMESPACE, RouterConfigError, read_config, recent_decisions, router_stats
 from tests.conftest import GATEWAY_TEST_PORT
 
 APP = "llm-router-test"
@@ -63,6 +64,35 @@ schedulingProfiles:
   plugins:
   - pluginRef: label-selector-filter
   - pluginRef: queue-scorer
+"""
+# The config's data layer drives the router's scrapers: its extractor's vLLM mapping, which reads
+# cache_config_info's block_size label as the block count (the preset reads num_gpu_blocks), and
+# its source's interval.
+DATA_LAYER_CONFIG = """
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: metrics-data-source
+  parameters: {interval: 50ms}
+- type: core-metrics-extractor
+  parameters:
+    engineConfigs:
+    - name: vllm
+      queuedRequestsSpec: vllm:num_requests_waiting
+      runningRequestsSpec: vllm:num_requests_running
+      kvUsageSpec: vllm:kv_cache_usage_perc
+      cacheInfoSpec: vllm:cache_config_info
+      cacheNumBlocksLabelName: block_size
+- type: queue-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+dataLayer:
+  sources:
+  - pluginRef: metrics-data-source
+    extractors:
+    - pluginRef: core-metrics-extractor
 """
 REPLICAS = 3
 CONTROL = bool(os.environ.get("EPP_LLM_ROUTER_CONTROL"))  # Serve's default router: every test must fail
@@ -326,6 +356,54 @@ def test_replicas_that_publish_nothing_are_scraped_at_their_metrics_endpoint(ray
         replicas, endpoints = wait_for(scraped_endpoints, 20, "scraped engine metrics")
         assert all("epp_engine" not in (r.routing_stats or {}) for r in replicas)  # nothing published
         assert all(e.metrics.cache_block_size == 16 for e in endpoints)
+    finally:
+        serve.delete(app)
+
+
+def test_a_config_with_kv_events_is_refused_when_the_router_is_built(llm_app):
+    """Precise prefix routing needs each replica's KV events, which a Serve router can not get:
+    the router refuses the config when Serve builds it, naming the plugin and why, rather than run
+    it as approximate mode; every caller gets that error, nothing hangs."""
+    precise = (Path(__file__).resolve().parents[2] / "bench" / "configs" / "precise.yaml").read_text()
+    app = "llm-router-precise"
+    serve.run(llm_deployment("FakeLLMPrecise", precise, replicas=1), name=app, route_prefix=f"/{app}")
+    try:
+        handle = serve.get_deployment_handle("FakeLLMPrecise", app_name=app)
+        for _ in range(2):  # every request, not only the first
+            with pytest.raises(RouterConfigError, match=r"precise-prefix-cache-producer.*KV events"):
+                handle.chat.remote(chat(unique_prompt())).result(timeout_s=60)
+        assert router_stats()["refused"] >= 2
+    finally:
+        serve.delete(app)
+
+
+def test_the_config_data_layer_drives_the_scrapers(ray_session, llm_app):
+    """Replicas that publish nothing are scraped with the config's data layer: its extractor's
+    mapping (the block count read from another label than the preset's) and its interval."""
+    from serve_app import llm_router
+
+    app = "llm-router-data-layer"
+    serve.run(
+        llm_deployment("FakeLLMDataLayer", DATA_LAYER_CONFIG, replicas=1, publish_stats=False,
+                       pod={"num_gpu_blocks": 777}),
+        name=app,
+        route_prefix=f"/{app}",
+    )  # fmt: skip
+    try:
+        handle = serve.get_deployment_handle("FakeLLMDataLayer", app_name=app)
+        handle.chat.remote(chat(unique_prompt())).result(timeout_s=60)
+
+        def scraped():
+            for router in llm_router._routers():
+                if router._deployment_id.name == "FakeLLMDataLayer":
+                    endpoints = [router.endpoint_of(r) for r in router.curr_replicas.values()]
+                    if endpoints and all(e.metrics.cache_block_size == 16 for e in endpoints):
+                        return router, endpoints
+            return None
+
+        router, endpoints = wait_for(scraped, 20, "scraped engine metrics")
+        assert [e.metrics.cache_num_blocks for e in endpoints] == [16]  # the config's mapping, not 777
+        assert router._scrapers.options.refresh_interval_s == 0.05
     finally:
         serve.delete(app)
 
