@@ -129,6 +129,26 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...]]] = {
         ("fairness_id", "priority", "outcome", "inference_pool", "model_name", "target_model_name"),
         QUEUE_BUCKETS,
     ),
+    # program-aware-fairness's gauges (llm-d's names, pkg/epp/framework/plugins/flowcontrol/
+    # fairness/program-aware): the answering gateway replica's policy, read at render time.
+    "llm_d_epp_program_aware_jains_fairness_index": (
+        "gauge",
+        "Jain's fairness index over average wait time across active programs.",
+        (),
+        (),
+    ),
+    "llm_d_epp_program_aware_avg_wait_time_milliseconds": (
+        "gauge",
+        "Cumulative mean of flow-control queue wait time per program in milliseconds.",
+        ("program_id",),
+        (),
+    ),
+    "llm_d_epp_program_aware_attained_service_tokens": (
+        "gauge",
+        "Time-decayed attained service (weighted tokens consumed) per program.",
+        ("program_id",),
+        (),
+    ),
     "disagg_decision_total": ("counter", "Prefill/decode disaggregation decisions.", ("decision",), ()),
     "disagg_prefill_failure_total": ("counter", "Prefill calls that failed, by what happened next.", ("outcome",), ()),
 }

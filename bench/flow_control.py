@@ -123,12 +123,27 @@ def run_one(
     t0 = time.perf_counter()
     report = run_cluster_sim(make_pod_configs(8), labelled.requests, router, seed=seed)
     wall = time.perf_counter() - t0
+    outcomes: dict[str, int] = {}
+    for o in router.flow_outcomes.values():
+        outcomes[o.value] = outcomes.get(o.value, 0) + 1
+    return {
+        "load": load,
+        **steady_state(report.results, labelled),
+        "queue_outcomes": outcomes,
+        "rejected_capacity": outcomes.get(Outcome.REJECTED_CAPACITY.value, 0),
+        "wall_s": wall,
+    }
+
+
+def steady_state(results: list[Any], labelled: Labelled) -> dict[str, Any]:
+    """The figures of one run from its per-request results (anything with request_id, status,
+    arrival, ttft and e2e in the workload's time: the simulator's or the end-to-end client's)."""
     start = min(r.arrival_time for r in labelled.requests) + WARMUP_S
     end = max(r.arrival_time for r in labelled.requests)
     span = end - start
     arrived: dict[str, list] = {"critical": [], "flood": [], "steady": []}  # arrived in the window
     done: dict[str, list] = {"critical": [], "flood": [], "steady": []}  # completed in the window
-    for res in report.results:
+    for res in results:
         kind = labelled.kind[res.request_id]
         if start <= res.arrival <= end:
             arrived[kind].append(res)
@@ -140,11 +155,7 @@ def run_one(
     demand = {t: float(len(arrived[t])) for t in TENANTS}
     fair = max_min_shares(sum(served.values()), demand)
     normalised = [served[t] / fair[t] if fair[t] > 0 else 1.0 for t in TENANTS]
-    outcomes: dict[str, int] = {}
-    for o in router.flow_outcomes.values():
-        outcomes[o.value] = outcomes.get(o.value, 0) + 1
     return {
-        "load": load,
         "requests": len(labelled.requests),
         "critical_done": f"{len(crit_ttft)}/{len(arrived['critical'])}",
         "critical_ttft_p90_ms": 1000 * percentile(crit_ttft, 90) if crit_ttft else math.nan,
@@ -153,9 +164,6 @@ def run_one(
         "sheddable_offered": {t: len(arrived[t]) for t in TENANTS},
         "sheddable_ttft_p90_ms": 1000 * percentile(sorted(r.ttft for r in shed_ok), 90) if shed_ok else math.nan,
         "jain": jain(normalised),
-        "queue_outcomes": outcomes,
-        "rejected_capacity": outcomes.get(Outcome.REJECTED_CAPACITY.value, 0),
-        "wall_s": wall,
     }
 
 

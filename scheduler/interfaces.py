@@ -152,6 +152,17 @@ class PreRequest(Plugin):
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None: ...
 
 
+class DataPreparer(Plugin):
+    """Runs before the scheduling cycles and may wait (llm-d's DataProducer with a ProduceTimeout,
+    e.g. the burst prefix producer's batch window). It runs where the request arrives (the gateway,
+    or `Scheduler.aschedule`) and writes what it found into the cycle state, which travels with the
+    request to the plugins that read it. One that raises is logged and the request scheduled
+    without it, as llm-d's Director logs a failed producer and continues."""
+
+    @abstractmethod
+    async def prepare(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None: ...
+
+
 class ResponseFirstToken(Plugin):
     """Runs when the first token of a streamed response arrives from the model server (a Ray EPP
     extension point; GIE's ResponseStreaming runs per chunk, too often to cross a process): plugins
@@ -317,7 +328,7 @@ class PluginTimer(Protocol):
 ROLES: tuple[type[Plugin], ...] = (
     Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
     ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink, UsageLimitPolicy, Screener,
-    Responder, ResponseUsage,
+    Responder, ResponseUsage, DataPreparer,
 )  # fmt: skip
 
 

@@ -10,6 +10,8 @@ profiles of a round concurrently in profile actors."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Coroutine, Mapping
@@ -17,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.interfaces import PluginTimer, ProfileHandler
+from scheduler.interfaces import DataPreparer, PluginTimer, ProfileHandler
 from scheduler.trace import TRACE_NOTES_KEY, SchedulingTrace
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult
 
@@ -34,6 +36,7 @@ CYCLE_SEED_KEY = "scheduler/cycle-seed"
 CYCLE_SEEDS = random.Random()
 
 T = TypeVar("T")
+log = logging.getLogger("ray_epp.scheduler.loop")
 
 
 class ProfileRunner(Protocol):
@@ -108,6 +111,23 @@ async def _cycles(
     if timer is not None:
         timer("ProcessProfilesResults", handler, time.perf_counter() - start)
     return result
+
+
+async def prepare_data(
+    preparers: list[DataPreparer], cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
+) -> None:
+    """Run the config's DataPreparers (at the same time: each may wait) before the first round; one
+    that fails is logged and the request goes on without what it would have written."""
+    if not preparers:
+        return
+    outcomes = await asyncio.gather(
+        *(p.prepare(cycle_state, request, endpoints) for p in preparers), return_exceptions=True
+    )
+    for p, outcome in zip(preparers, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            log.warning("data preparer %r failed on request %s: %s", p.name, request.request_id, outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome  # cancellation: the client left
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

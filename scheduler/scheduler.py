@@ -8,8 +8,8 @@ from scheduler.config import build_plugins, load_config
 from scheduler.cycle_state import CycleState, profile_error_key
 from scheduler.errors import ErrorCode, SchedulingError
 from scheduler.hooks import RequestHooks
-from scheduler.interfaces import Plugin, PluginTimer, ProfileHandler
-from scheduler.loop import CYCLE_SEED_KEY, run_sync, schedule_cycles
+from scheduler.interfaces import DataPreparer, Plugin, PluginTimer, ProfileHandler
+from scheduler.loop import CYCLE_SEED_KEY, prepare_data, run_sync, schedule_cycles
 from scheduler.profile import SchedulerProfile
 from scheduler.trace import ProfileTrace, SchedulingTrace
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult
@@ -32,6 +32,7 @@ class Scheduler:
         self.plugins = plugins if plugins is not None else _plugins_of(handler, profiles)
         self.timer = timer
         self.hooks = RequestHooks(self.plugins.values())
+        self.preparers = [p for p in self.plugins.values() if isinstance(p, DataPreparer)]
         # Each cycle's seed (scheduler/plugins/support/cycle_rng.py); replace it to make runs repeat.
         self.cycle_seeds = random.Random()
 
@@ -52,10 +53,12 @@ class Scheduler:
     ) -> SchedulingResult:
         """Pick endpoints for one request; with `run_pre_request`, stateful plugins then learn
         the decision (in the Ray path the gateway tells the profile actors instead)."""
-        if not endpoints:
-            raise SchedulingError(ErrorCode.SERVICE_UNAVAILABLE, "no endpoints to schedule on")
-        cycle_state = CycleState()
-        cycle_state.write(CYCLE_SEED_KEY, self.cycle_seeds.getrandbits(64))
+        if self.preparers:
+            raise RuntimeError(
+                f"{', '.join(p.type_name for p in self.preparers)} waits for other requests before scheduling; "
+                "use `await Scheduler.aschedule(...)`"
+            )
+        cycle_state = self._cycle_state(endpoints)
         result = run_sync(
             schedule_cycles(
                 self.handler, self.profiles, self._run_profiles, request, endpoints, cycle_state, trace, self.timer
@@ -64,6 +67,31 @@ class Scheduler:
         if run_pre_request:
             self.pre_request(request, result)
         return result
+
+    async def aschedule(
+        self,
+        request: LLMRequest,
+        endpoints: list[Endpoint],
+        trace: SchedulingTrace | None = None,
+        run_pre_request: bool = True,
+    ) -> SchedulingResult:
+        """`schedule` on an event loop: the config's DataPreparers (a burst window) run first, so
+        concurrent calls see each other."""
+        cycle_state = self._cycle_state(endpoints)
+        await prepare_data(self.preparers, cycle_state, request, endpoints)
+        result = await schedule_cycles(
+            self.handler, self.profiles, self._run_profiles, request, endpoints, cycle_state, trace, self.timer
+        )
+        if run_pre_request:
+            self.pre_request(request, result)
+        return result
+
+    def _cycle_state(self, endpoints: list[Endpoint]) -> CycleState:
+        if not endpoints:
+            raise SchedulingError(ErrorCode.SERVICE_UNAVAILABLE, "no endpoints to schedule on")
+        cycle_state = CycleState()
+        cycle_state.write(CYCLE_SEED_KEY, self.cycle_seeds.getrandbits(64))
+        return cycle_state
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         self.hooks.pre_request(request, result)

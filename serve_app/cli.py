@@ -9,6 +9,7 @@ says which command and which module, and exits 2."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -135,7 +136,11 @@ def _cmd_pick(args: argparse.Namespace) -> int:
         return _print_error("BadRequest", str(err))
     trace = SchedulingTrace() if args.trace else None
     try:
-        result = Scheduler.from_config(cfg).schedule(request, endpoints, trace=trace)
+        sched = Scheduler.from_config(cfg)
+        if sched.preparers:  # a burst window: one request alone in it
+            result = asyncio.run(sched.aschedule(request, endpoints, trace=trace))
+        else:
+            result = sched.schedule(request, endpoints, trace=trace)
     except SchedulingError as err:
         out = err.to_json()
         if trace is not None:

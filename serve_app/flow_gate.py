@@ -12,7 +12,9 @@
   TTL expired 429 (503 when the pool has no endpoints), each with llm-d's
   `x-llm-d-request-dropped-reason` header; OpenAI-shaped like every gateway error.
 * Metrics with GIE's names: queue size and bytes now, and time queued by outcome, per priority
-  and fairness id (the first `MAX_FLOW_LABELS` ids a replica sees; later ones are `other`)."""
+  and fairness id (the first `MAX_FLOW_LABELS` ids a replica sees; later ones are `other`); and
+  the fairness policies' own gauges (program-aware-fairness's, with llm-d's names), which /metrics
+  reads from the answering replica's policies at render time."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import Any
 from scheduler import ErrorCode, LLMRequest
 from scheduler.flowcontrol.controller import FlowController
 from scheduler.flowcontrol.types import DEFAULT_FAIRNESS_ID, FAIRNESS_ID_HEADER, FlowItem, Outcome
+from scheduler.plugins.flowcontrol.program_aware import ProgramAwareFairness
 from scheduler.types import Endpoint
 from serve_app.errors import GatewayError
 
@@ -82,6 +85,18 @@ class FlowGate:
         if item is not None:
             self.controller.settled(item)
             self.pump()
+
+    def policy_gauges(self) -> dict[tuple[str, tuple[str, ...]], float]:
+        """This replica's fairness policies' own gauges (program-aware-fairness: llm-d's names), for
+        /metrics beside the queue's; each policy instance once, however many bands share it."""
+        out: dict[tuple[str, tuple[str, ...]], float] = {}
+        seen: set[int] = set()
+        for band in list(self.controller.bands.values()):
+            policy = band.fairness
+            if isinstance(policy, ProgramAwareFairness) and id(policy) not in seen:
+                seen.add(id(policy))
+                out.update(policy.gauges())
+        return out
 
     def pump(self) -> None:
         if self.controller.size:

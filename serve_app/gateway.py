@@ -33,6 +33,8 @@ from scheduler import (
 from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.flowcontrol.controller import build_flow_controller
 from scheduler.hooks import RequestHooks
+from scheduler.interfaces import DataPreparer
+from scheduler.loop import prepare_data
 from scheduler.trace import SchedulingTrace
 from serve_app import side_routes
 from serve_app.admin import AdminApi, admin_router
@@ -115,6 +117,8 @@ class GatewayCore:
         self.responders = [p for p in built.plugins.values() if isinstance(p, Responder)]
         # ResponseUsage plugins (program-aware-fairness) learn each response's tokens here, where
         # the queue they rank runs; false when no plugin wants them (responses are not parsed).
+        # DataPreparers (burst-prefix-cache-producer) run here, where this replica's requests arrive.
+        self.preparers = [p for p in built.plugins.values() if isinstance(p, DataPreparer)]
         self.usage_hooks = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseUsage))
         self.runner = RayProfileRunner(
             profile_actors, s.shard_key_tokens, s.shard_session_header, call_timeout_s=s.profile_call_timeout_s
@@ -154,13 +158,16 @@ class GatewayCore:
         start = time.perf_counter()
         status = "success"
         try:
+            cycle_state = CycleState()
+            if self.preparers:  # e.g. a burst window: it batches this replica's arrivals
+                await prepare_data(self.preparers, cycle_state, request, self.view.endpoints)
             return await schedule_cycles(
                 self.handler,
                 self.profiles,
                 self.runner,
                 request,
                 None,
-                CycleState(),
+                cycle_state,
                 trace,
                 self.recorder.plugin_timer,
             )

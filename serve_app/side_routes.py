@@ -108,6 +108,10 @@ async def metrics(core: GatewayCore) -> Response:
     if core.hub is not None and core.pusher is not None:
         await core.pusher.push_now()
         states = await core.hub.states.remote()
+    if core.flow is not None and (policy := core.flow.policy_gauges()):
+        # The answering replica's own fairness-policy gauges (not pushed: a mean or an index
+        # summed over replicas would mean nothing).
+        states = [*states, {"counters": {}, "gauges": policy, "histograms": {}}]
     eps = core.view.endpoints
     n = len(eps) or 1
     pool = "default"

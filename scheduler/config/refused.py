@@ -35,7 +35,6 @@ _NOT_YET = "Ray EPP does not implement it yet"
 REFUSED: dict[str, str] = {
     # Tokenizers and what depends on their tokens.
     "tokenizer": _TOKENIZER,
-    "burst-prefix-cache-producer": _TOKENS,
     "mm-embeddings-cache-producer": _TOKENS,
     "mm-embeddings-cache-scorer": "it scores the multimodal embeddings an `mm-embeddings-cache-producer` tracks, "
     "which Ray EPP does not run",

@@ -31,6 +31,7 @@ PRECISE = [
     "sim-epp-tokenizer-vllm-http-config.yaml",
     "epp-precise-prefix-cache-config.yaml",
 ]
+BURST = ["epp-burst-prefix-cache-config.yaml"]  # tests/scheduler/test_burst_prefix_producer.py
 LONG = "the same long system prompt, repeated so it spans many cache blocks. " * 80
 
 
@@ -46,7 +47,7 @@ def pool() -> list:
 
 def test_every_fixture_names_its_source():
     files = sorted(FIXTURES.glob("*.yaml"))
-    assert len(files) == len(SINGLE + PD + EPD + OTHER + PRECISE)
+    assert len(files) == len(SINGLE + PD + EPD + OTHER + PRECISE + BURST)
     for f in files:
         assert f.read_text().startswith(f"# Source: github.com/llm-d/llm-d-router deploy/config/{f.name} at commit ")
 

@@ -48,7 +48,6 @@ utilization-filter vertexai-parser vllmgrpc-parser vllmhttp-parser weighted-rand
 # Each refused sample and what must be named as the reason (a plugin type or a section field).
 REFUSED_SAMPLES = {
     "dp-epp-config.yaml": ["data-parallel-profile-handler"],
-    "epp-burst-prefix-cache-config.yaml": ["burst-prefix-cache-producer"],
     "epp-mm-embeddings-cache-config.yaml": ["mm-embeddings-cache-producer", "dataLayer.sources"],
     "sim-epp-gpu-config.yaml": ["dcgm-data-source", "dcgm-extractor", "endpoint-attribute-filter"],
 }

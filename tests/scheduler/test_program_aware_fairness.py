@@ -75,3 +75,24 @@ def test_parameters_are_checked_at_load_time(field, value):
     cfg = {"plugins": [{"type": "program-aware-fairness", "parameters": {field: value}}]}
     with pytest.raises(ConfigError, match=field):
         load_config(cfg)
+
+
+def test_gauges_are_llmds_mean_waits_their_jain_index_and_the_service_at_completion():
+    p, clock = policy(lasHalfLifeSeconds=10)
+    assert p.gauges() == {("llm_d_epp_program_aware_jains_fairness_index", ()): 1.0}
+    clock.now = 100.0
+    # a waits 0.3 s then 0.1 s (mean 200 ms), b 0.6 s: each pick stamps its flow head's wait
+    assert p.pick([flow("a", 99.7)], {}).fairness_id == "a"
+    assert p.pick([flow("a", 99.9)], {}).fairness_id == "a"
+    assert p.pick([flow("b", 99.4)], {}).fairness_id == "b"
+    served(p, "a", 100, 50)
+    clock.now += 10  # decay does not move the gauge: llm-d writes it at a completion
+    g = p.gauges()
+    assert g[("llm_d_epp_program_aware_avg_wait_time_milliseconds", ("a",))] == pytest.approx(200)
+    assert g[("llm_d_epp_program_aware_avg_wait_time_milliseconds", ("b",))] == pytest.approx(600)
+    assert g[("llm_d_epp_program_aware_jains_fairness_index", ())] == pytest.approx(800**2 / (2 * (200**2 + 600**2)))
+    assert g[("llm_d_epp_program_aware_attained_service_tokens", ("a",))] == 200
+    assert ("llm_d_epp_program_aware_attained_service_tokens", ("b",)) not in g
+    for i in range(40):  # program ids come from a header: series are capped
+        p.pick([flow(f"p{i}", 99.0)], {})
+    assert len([k for k in p.gauges() if k[0].endswith("avg_wait_time_milliseconds")]) == 32

@@ -1,7 +1,9 @@
 """Flow control through a real gateway (Ray, Serve, the shared port) on simulated pods slowed x40:
 a sheddable request waits in the queue while a prefill holds the pool saturated and is served
 after; one that outwaits the TTL gets 429 `rejected-ttl-expired`, one past `maxRequests` 429
-`rejected-saturated` at once; a client that disconnects leaves the queue before its TTL."""
+`rejected-saturated` at once; a client that disconnects leaves the queue before its TTL; with
+`program-aware-fairness` the program that has been served less goes first although it queued
+later, and the policy's llm-d gauges are on /metrics."""
 
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ flowControl:
   - priority: -1
     maxRequests: 1
     fairnessPolicyRef: program-aware-fairness
+  - priority: -2
+    maxRequests: 4
+    fairnessPolicyRef: program-aware-fairness
 """
 # program-aware-fairness (one tenant: it picks like any policy) puts the gateway's usage reading on
 # every response of this module, streamed or not, and the answers must be as without it.
@@ -55,7 +60,7 @@ def sim():
 def gateway(ray_session, sim):
     from tests.serve_app.deployments import start_deployment
 
-    dep = start_deployment(sim, CONFIG, settings={"objectives": {"batch": -1, "chat": 1}})
+    dep = start_deployment(sim, CONFIG, settings={"objectives": {"batch": -1, "bulk": -2, "chat": 1}})
     yield dep
     dep.stop()
 
@@ -137,3 +142,52 @@ def test_queued_then_served_ttl_and_capacity_answers_and_disconnect(client, gate
             assert metric(client, le.format(m=MODEL)) == before + 1
             for _ in stream.iter_lines():
                 pass
+
+
+def test_program_aware_fairness_serves_the_less_served_program_first_and_exports_its_gauges(client, gateway):
+    def bulk(program: str, words: int, word: str) -> int:
+        """A sheddable request of `program` whose prompt (uncached) holds the ledger over the line
+        until its first token."""
+        headers = {"x-gateway-inference-objective": "bulk", "x-gateway-inference-fairness-id": program}
+        body = {"model": MODEL, "prompt": f"{word} " * words, "max_tokens": 2}
+        with httpx.Client(base_url=gateway.url, timeout=60) as c:
+            return c.post("/v1/completions", json=body, headers=headers).status_code
+
+    def queued(program: str) -> float:
+        return metric(client, QUEUED.format(m=MODEL).replace("tenant-a", program).replace('"-1"', '"-2"'))
+
+    def gauge(name: str, program: str | None = None) -> float:
+        label = f'{{program_id="{program}"}}' if program else ""
+        return metric(client, f"llm_d_epp_program_aware_{name}{label}")
+
+    # tenant-x is served first, alone on an idle pool: it attains service, tenant-y has none
+    assert bulk("tenant-x", 60, "warm") == 200
+    assert wait_for(lambda: gauge("attained_service_tokens", "tenant-x") > 0), "usage not learnt"
+    with ThreadPoolExecutor(3) as pool:
+        with saturating_stream(client, 800, "hold") as stream:
+            assert stream.status_code == 200
+            x1 = pool.submit(bulk, "tenant-x", 800, "xray")
+            assert wait_for(lambda: queued("tenant-x") == 1.0)
+            x2 = pool.submit(bulk, "tenant-x", 800, "xylo")
+            assert wait_for(lambda: queued("tenant-x") == 2.0)
+            y1 = pool.submit(bulk, "tenant-y", 800, "yank")  # queued last
+            assert wait_for(lambda: queued("tenant-y") == 1.0)
+            lines = stream.iter_lines()
+            next(lines)  # its first token: the pool frees now (the stream decodes on)
+            # The first dispatch pass sends two (one per pod), then their prefills hold the pool.
+            # Least attained service goes first, so y1 and x1 leave and x2 waits; first-come order
+            # (or x's older heads) would have sent x1 and x2.
+            assert wait_for(lambda: queued("tenant-x") + queued("tenant-y") < 3.0)
+            assert (queued("tenant-x"), queued("tenant-y")) == (1.0, 0.0)
+            for _ in lines:
+                pass
+        assert y1.result(timeout=30) == 200 and x1.result(timeout=30) == 200
+        assert x2.result(timeout=30) in (200, 429)  # it may outwait the TTL behind two prefills
+    assert wait_for(lambda: gauge("attained_service_tokens", "tenant-y") > 0)
+    wait_x, wait_y = gauge("avg_wait_time_milliseconds", "tenant-x"), gauge("avg_wait_time_milliseconds", "tenant-y")
+    assert wait_x > 0 and wait_y > 0
+    # Jain's index over every program's mean wait (tenant-a's from the test above, when it ran)
+    waits = [w for w in (wait_x, wait_y, gauge("avg_wait_time_milliseconds", "tenant-a")) if w > 0]
+    assert gauge("jains_fairness_index") == pytest.approx(
+        sum(waits) ** 2 / (len(waits) * sum(w * w for w in waits)), rel=1e-6
+    )

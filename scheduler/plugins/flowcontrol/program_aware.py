@@ -10,10 +10,17 @@ those flows to [0, 1] (0.5 when they are all equal), and the highest goes next; 
 first by fairness id (llm-d's is the map's order). A program with nothing queued and no completion
 for `evictionTtlSeconds` is forgotten, swept at most every `evictionSweepSeconds`; llm-d also keeps
 one with requests in flight, which the gateway's policy does not count (a completion after the
-sweep starts the program again from what it then costs). Its Prometheus gauges are not exported.
+sweep starts the program again from what it then costs).
+
+Its gauges, with llm-d's names (`gauges()`): Jain's fairness index over the programs' mean queue
+waits, each program's mean wait (ms, a running mean over its dispatches, each measured when the
+policy picks it) and its attained service as last written at a completion (llm-d's LAS strategy
+writes it then, so an idle program's value holds). At most `MAX_PROGRAM_SERIES` programs get
+series: program ids come from a client header.
 
 The policy runs in each gateway replica's queue, so a replica ranks programs by the service of the
-responses it relayed itself, as its queue holds only its own requests."""
+responses it relayed itself, as its queue holds only its own requests; its gauges are that
+replica's."""
 
 from __future__ import annotations
 
@@ -31,6 +38,10 @@ from scheduler.registry import register
 from scheduler.types import LLMRequest
 
 INPUT_WEIGHT, OUTPUT_WEIGHT = 1, 2
+MAX_PROGRAM_SERIES = 32
+FAIRNESS_INDEX = "llm_d_epp_program_aware_jains_fairness_index"
+AVG_WAIT_MS = "llm_d_epp_program_aware_avg_wait_time_milliseconds"
+ATTAINED_SERVICE = "llm_d_epp_program_aware_attained_service_tokens"
 
 
 class ProgramAwareParameters(Parameters):
@@ -47,6 +58,9 @@ class _Program:
     service: float = 0.0
     anchor: float = math.nan  # when `service` was last decayed
     last_seen: float = 0.0  # its last completion, or last time it had a flow waiting
+    waits: int = 0  # dispatches whose queue wait is in avg_wait_ms
+    avg_wait_ms: float = 0.0
+    reported_service: float | None = None  # the service its last completion left (the gauge)
 
 
 def _normalise(value: float, low: float, high: float) -> float:
@@ -85,6 +99,7 @@ class ProgramAwareFairness(FairnessPolicy, ResponseUsage):
         state = self._program(request.header(FAIRNESS_ID_HEADER) or DEFAULT_FAIRNESS_ID)
         self._decayed(state, now)
         state.service += INPUT_WEIGHT * max(0, prompt_tokens) + OUTPUT_WEIGHT * max(0, completion_tokens)
+        state.reported_service = state.service
         state.last_seen = now
 
     def pick(self, flows: list[FlowQueue], state: dict[str, Any]) -> FlowQueue:
@@ -106,7 +121,29 @@ class ProgramAwareFairness(FairnessPolicy, ResponseUsage):
             w_service * (1.0 - _normalise(s, lo_s, hi_s)) + w_wait * _normalise(w, lo_w, hi_w)
             for s, w in zip(services, waits, strict=True)
         ]
-        return ordered[max(range(len(ordered)), key=scores.__getitem__)]
+        best = ordered[max(range(len(ordered)), key=scores.__getitem__)]
+        head = best.head()
+        if head is not None:  # its head is dispatched now: the wait llm-d records at PreRequest
+            program = self.programs[best.fairness_id]
+            program.waits += 1
+            program.avg_wait_ms += ((now - head.enqueue_time) * 1000.0 - program.avg_wait_ms) / program.waits
+        return best
+
+    def fairness_index(self) -> float:
+        """Jain's index over the mean waits of the programs that have one (1.0 below two)."""
+        waits = [p.avg_wait_ms for p in self.programs.values() if p.waits]
+        square = sum(w * w for w in waits)
+        return 1.0 if len(waits) <= 1 or square == 0 else sum(waits) ** 2 / (len(waits) * square)
+
+    def gauges(self) -> dict[tuple[str, tuple[str, ...]], float]:
+        """llm-d's three gauges, keyed (metric name, label values) as a metrics recorder keeps them."""
+        out: dict[tuple[str, tuple[str, ...]], float] = {(FAIRNESS_INDEX, ()): self.fairness_index()}
+        for pid, program in list(self.programs.items())[:MAX_PROGRAM_SERIES]:
+            if program.waits:
+                out[(AVG_WAIT_MS, (pid,))] = program.avg_wait_ms
+            if program.reported_service is not None:
+                out[(ATTAINED_SERVICE, (pid,))] = program.reported_service
+        return out
 
     def _sweep(self, now: float, flows: list[FlowQueue]) -> None:
         if now - self._swept < self.params.eviction_sweep_seconds:

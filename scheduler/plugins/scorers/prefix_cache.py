@@ -2,10 +2,10 @@
 score higher.
 
 Two forms load. llm-d's: the scorer reads the PrefixCacheMatchInfo of an `approx-prefix-cache-producer`
-(named by `prefixMatchInfoProducerName`, else the plugin named `approx-prefix-cache-producer` when the
-config has one); the producer's parameters live on the producer. GIE's older combined form: no such
-producer, the scorer takes the producer's parameters itself and owns a private producer with GIE's
-geometry (below).
+(or the precise or burst producer; named by `prefixMatchInfoProducerName`, else the plugin named
+`approx-prefix-cache-producer` when the config has one); the producer's parameters live on the
+producer. GIE's older combined form: no such producer, the scorer takes the producer's parameters
+itself and owns a private producer with GIE's geometry (below).
 
 Score = matched blocks / prompt blocks, where a server's matched blocks come from the longest-prefix
 walk over an index of what each server was sent before (scheduler.plugins.support.prefix). Every scored endpoint
@@ -29,6 +29,7 @@ from scheduler.plugins.producers.approx_prefix import (
     PREFILL_PROFILE,
     ApproxPrefixCacheProducer,
 )
+from scheduler.plugins.producers.burst_prefix import BurstPrefixCacheProducer
 from scheduler.plugins.support.prefix import (
     DEFAULT_BLOCK_SIZE_TOKENS,
     DEFAULT_LRU_CAPACITY_PER_SERVER,
@@ -101,6 +102,10 @@ class PrefixCacheScorer(Scorer, PreRequest):
                 raise ValueError(
                     f"{fields}: set these on the producer {producer_name!r}, not on a scorer that reads it"
                 )
+            named = handle.plugin(producer_name) if producer_name in handle.plugin_names() else None
+            if isinstance(named, BurstPrefixCacheProducer):
+                self.producer = named  # its window's assignment: a full match on one replica
+                return
             self.producer = handle.plugin_of_type(
                 producer_name, ApproxPrefixCacheProducer, "prefixMatchInfoProducerName"
             )

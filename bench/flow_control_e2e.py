@@ -1,0 +1,103 @@
+"""Flow control against shed-only admission end to end: the same two-tenant workload as
+bench/flow_control.py, sent over HTTP through a real gateway (`epp up`: Ray, Serve, the profile
+actors) to simulated vLLM pods in their own process (bench/e2e.py's driver), and measured with the
+same steady-state figures (`bench.flow_control.steady_state`).
+
+The pods are slowed `--time-scale` times so one 2-core machine can drive them through the gateway;
+every time is reported in the model's time (wall / scale), and the flow-control config's
+`defaultRequestTTL` is multiplied by the scale so a request may wait as long, in model time, as in
+the cluster simulation. The gateway's own clocks (scrape interval, dispatch tick) are not scaled:
+they are finer, in model time, than in a real deployment, for both configs alike.
+
+    .venv/bin/python -m bench.flow_control_e2e --load 1.5 --duration 10 --time-scale 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.e2e import TARGETS, E2EDriver
+from bench.flow_control import CAPACITY, CRITICAL_SHARE, ROOT, steady_state, workload
+from scheduler.duration import parse_duration
+from simulator import make_pod_configs
+
+CONFIGS = {
+    "shed-only (configs/priority.yaml)": ROOT / "configs/priority.yaml",
+    "flow control, round-robin (bench/configs/flow-control.yaml)": ROOT / "bench/configs/flow-control.yaml",
+}
+
+
+def scaled(path: Path, scale: float, tmp: Path) -> Path:
+    """The config with its flowControl TTL multiplied by `scale` (the same file when it has none)."""
+    data = yaml.safe_load(path.read_text())
+    fc = data.get("flowControl")
+    if not fc or "defaultRequestTTL" not in fc:
+        return path
+    fc["defaultRequestTTL"] = f"{parse_duration(str(fc['defaultRequestTTL'])) * scale:g}s"
+    out = tmp / f"scaled-{path.name}"
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def _target(config: Path, proxy_port: int):
+    def make(workers: list[str], pods_json: Path, port: int) -> tuple[list[str], str, str]:
+        cmd = [sys.executable, "-m", "serve_app.cli", "up", "--pods", str(pods_json), "--port", str(port)]
+        cmd += ["--proxy-port", str(proxy_port), "--config", str(config)]
+        return cmd, f"http://127.0.0.1:{port}/ready", f"http://127.0.0.1:{port}"
+
+    return make
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--load", type=float, default=1.5, help="fraction of the pool's capacity")
+    ap.add_argument("--duration", type=float, default=10.0, help="model seconds of arrivals")
+    ap.add_argument("--time-scale", type=float, default=20.0, help="how many times slower the pods run")
+    ap.add_argument("--critical-share", type=float, default=CRITICAL_SHARE)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--port", type=int, default=18530, help="the gateway's port")
+    ap.add_argument("--proxy-port", type=int, default=18531, help="Ray Serve's proxy port")
+    ap.add_argument("--only", default="", help="run only configs whose label contains this")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    labelled = workload(args.load * CAPACITY, args.duration, args.seed, args.critical_share)
+    print(f"load average at start: {os.getloadavg()}; {len(labelled.requests)} requests", flush=True)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="epp-fc-e2e-") as td:
+        for label, path in CONFIGS.items():
+            if args.only and args.only not in label:
+                continue
+            name = f"fc-e2e:{path.name}"
+            TARGETS[name] = _target(scaled(path, args.time_scale, Path(td)), args.proxy_port)
+            driver = E2EDriver()
+            driver.time_scale, driver.max_requests, driver.port = args.time_scale, len(labelled.requests), args.port
+            result = driver.run(name, make_pod_configs(8), labelled.requests, args.seed)
+            statuses: dict[str, int] = {}
+            for o in result.outcomes:
+                statuses[o.status] = statuses.get(o.status, 0) + 1
+            row = {
+                "config": label,
+                "load": args.load,
+                **steady_state(result.outcomes, labelled),
+                "statuses": statuses,
+                "wall_s": result.metrics.get("wall_s"),
+                "errors": result.extra.get("errors"),
+                "load_average": os.getloadavg(),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print(f"load average at end: {os.getloadavg()}")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"time_scale": args.time_scale, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
