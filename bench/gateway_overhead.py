@@ -2,7 +2,8 @@
 
 Targets, each in front of the same fake workers (bench/fake_worker.py, answering at once):
 direct, the best minimal Ray Serve forwarder (bench/serve_forwarder.py), our gateway (`epp up`:
-a decision through the profile actors per request), sglang-router and vllm-router (optional
+a decision through the profile actors per request; `epp-flow-control`: the same with the
+`flowControl` gate on, so every request passes the gateway's queue), sglang-router and vllm-router (optional
 extras, `pip install -e .[peers]`; skipped with a note when absent).
 
 Per target: sequential p50/p99 (and added over direct), closed-loop req/s at concurrency 32,
@@ -27,6 +28,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+import yaml
 
 from bench.loadgen import closed_loop, sequential, stream_ttfb
 
@@ -78,7 +81,12 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
     pods.write_text(
         json.dumps([{"name": f"w{i}", "address": "127.0.0.1", "port": p + offset} for i, p in enumerate(WORKER_PORTS)])
     )
-    fwd, epp, sgl, vll = (str(p + offset) for p in (8300, 8400, 8500, 8600))
+    fwd, epp, sgl, vll, flow = (str(p + offset) for p in (8300, 8400, 8500, 8600, 8700))
+    # The default config with the flowControl gate on: every request passes the gateway's queue.
+    flow_cfg = tmp / "default-flow-control.yaml"
+    cfg = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
+    cfg["featureGates"] = ["flowControl"]
+    flow_cfg.write_text(yaml.safe_dump(cfg, sort_keys=False))
     out = {
         "serve-forwarder": (
             [py, "-m", "bench.serve_forwarder", "--port", fwd, "--workers", *workers],
@@ -89,6 +97,11 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
             [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port", epp],
             f"http://127.0.0.1:{epp}/ready",
             f"http://127.0.0.1:{epp}",
+        ),
+        "epp-flow-control": (
+            [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port", flow, "--config", str(flow_cfg)],
+            f"http://127.0.0.1:{flow}/ready",
+            f"http://127.0.0.1:{flow}",
         ),
     }
     if sg := _bin("sglang-router"):
