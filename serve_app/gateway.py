@@ -56,6 +56,7 @@ log = logging.getLogger("ray_epp.gateway")
 GATEWAY_SERVICE = "ray-epp-gateway"  # /health names the service, so launchers find our replicas
 FIRST_SNAPSHOT_WAIT_S = 5.0  # a new replica's first request waits at most this for the pool
 OTHER = "other"  # the metric label of a value a client chose that the pool does not know
+DISPATCH_WINDOW = 1  # flow control: dispatched requests not yet scheduled (see GatewayCore.__init__)
 app = FastAPI(title="Ray EPP gateway", docs_url=None, redoc_url=None, openapi_url=None)
 
 
@@ -128,8 +129,11 @@ class GatewayCore:
         self.intake = RequestIntake(s)
         self.admin = AdminApi(s.admin_token, datastore)
         self.recorder = MetricsRecorder()
-        # With the flowControl gate on, requests wait in this replica's queue instead of a 429.
-        fc = build_flow_controller(cfg, built.plugins, self.detectors)
+        # With the flowControl gate on, requests wait in this replica's queue instead of a 429. One
+        # dispatch at a time until scheduled: the profile actors learn each decision (PreRequest)
+        # after it returns, through the same FIFO batcher as the next call, so a wider window lets
+        # a burst be decided in one batch on the same view, all onto the same endpoint.
+        fc = build_flow_controller(cfg, built.plugins, self.detectors, window=DISPATCH_WINDOW)
         self.flow = (
             None
             if fc is None

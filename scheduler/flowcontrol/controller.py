@@ -14,8 +14,11 @@ pkg/epp/flowcontrol/controller and registry; semantics re-built, not translated)
   saturation reaches (llm-d's processor.dispatchCycle). Without a policy every ceiling is 1.0
   (llm-d's default `static-usage-limit-policy`): dispatch while no detector says saturated. A
   request dispatched but not yet scheduled is invisible to a ledger detector (its PreRequest
-  comes with the decision), so at most `window` of them (one per endpoint) may be outstanding:
-  the gate cannot let a burst through before the detectors see it.
+  comes with the decision), so at most `window` of them may be outstanding: the gate cannot let
+  a burst through before the detectors see it. One per endpoint by default; a caller whose
+  scorers learn decisions asynchronously passes 1 (the gateway: a dispatch's PreRequest reaches
+  the profile actors ahead of the next one's scheduling call, so a burst does not herd onto the
+  endpoint they all saw as the emptiest).
 * **TTL**: a request queued longer than `defaultRequestTTL` (while the pool has endpoints) or
   `noEndpointRequestTTL` (while it has none; a change of regime starts a fresh budget) is
   evicted: EvictedTTL or EvictedNoEndpoints. 0 disables the bound.
@@ -83,7 +86,8 @@ class Band:
 class FlowController:
     """One queue (per gateway replica, or per simulated router). `policy(name)` resolves an
     ordering or fairness policy by plugin name; `usage_limit` gates bands by saturation (None:
-    every ceiling 1.0); `clock` is seconds (monotonic or virtual)."""
+    every ceiling 1.0); `clock` is seconds (monotonic or virtual); `window` bounds dispatched
+    requests not yet settled (None: one per endpoint)."""
 
     def __init__(
         self,
@@ -92,8 +96,10 @@ class FlowController:
         policy: Callable[[str], Plugin],
         clock: Callable[[], float] = time.monotonic,
         usage_limit: UsageLimitPolicy | None = None,
+        window: int | None = None,
     ) -> None:
         self.spec = spec
+        self.window = window
         self.detectors = list(detectors)
         self.usage_limit = usage_limit
         self._policy = policy
@@ -179,7 +185,7 @@ class FlowController:
         Returns how many requests were dispatched."""
         now = self.clock()
         self._expire(endpoints, now)
-        window = max(1, len(endpoints))
+        window = self.window or max(1, len(endpoints))
         dispatched = 0
         while self.size and len(self._unsettled) < window:
             item = self._next_item(pool_saturation(self.detectors, endpoints))
@@ -269,6 +275,7 @@ def build_flow_controller(
     plugins: dict[str, Plugin],
     detectors: Iterable[SaturationDetector],
     clock: Callable[[], float] = time.monotonic,
+    window: int | None = None,
 ) -> FlowController | None:
     """The config's flow controller when the `flowControl` gate is on, else None (shed-only
     admission, as before). `plugins` are the built instances (the policies among them)."""
@@ -287,4 +294,4 @@ def build_flow_controller(
         usage_limit = plugins.get(DEFAULT_USAGE_LIMIT_POLICY)
     if usage_limit is not None and not isinstance(usage_limit, UsageLimitPolicy):
         raise TypeError(f"flowControl.usageLimitPolicyPluginRef: {usage_limit.name!r} is not a usage-limit policy")
-    return FlowController(spec, detectors, policy, clock, usage_limit)
+    return FlowController(spec, detectors, policy, clock, usage_limit, window)
