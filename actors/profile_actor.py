@@ -29,6 +29,7 @@ from actors.metrics_hub import MetricsPusher, MetricsRecorder, get_or_create_hub
 from actors.options import as_options
 from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, as_served
 from actors.snapshot_delta import PoolCopy
+from actors.tentative_decisions import TentativeDecisions
 from scheduler import (
     Endpoint,
     ErrorCode,
@@ -80,6 +81,8 @@ class ProfileActor:
         self.profile = built.profiles[profile_name]
         # The same dispatcher, and so the same rule, as the in-process Scheduler's (scheduler/hooks.py).
         self._hooks = RequestHooks(self.profile.plugins())
+        # Each call's decision counts in the ledgers at once, until the gateway's PreRequest for it.
+        self._tentative = TentativeDecisions(self._hooks, profile_name)
         # Plugins that consume KV events (the precise prefix producer): this actor subscribes to its
         # pods' event streams and feeds them (actors/kv_event_feeds.py).
         sinks = kv_event_sinks(list(built.plugins.values()))
@@ -95,7 +98,7 @@ class ProfileActor:
         self._intervals: deque[tuple[float, float]] = deque(maxlen=512)
         self._calls = 0
         self._watch_errors = 0
-        self._events = {"pre_request": 0, "first_token": 0, "response_complete": 0}
+        self._events = {"pre_request": 0, "first_token": 0, "response_complete": 0, "withdraw": 0}
         self._recorder = MetricsRecorder()
         self._pusher: MetricsPusher | None = None
         # Without a datastore (a Serve request router's actors) every call brings its endpoints.
@@ -178,20 +181,24 @@ class ProfileActor:
     # --- scheduling ----------------------------------------------------------------------------
 
     async def run_batch(self, items: list[ProfileCall | ProfileEvent]) -> list[ProfileOutcome | None]:
-        """Apply events and run the profile once per call, in order, all on the current snapshot."""
+        """Apply events and run the profile once per call, in order, all on the current snapshot;
+        each call's decision is told to the ledgers before the next (actors/tentative_decisions.py)."""
         if self._version == 0 and self._watcher is not None:  # just (re)started: wait briefly for the first snapshot
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(FIRST_SNAPSHOT_WAIT_S):
                     await self.ready(1)
         started = time.time()
         version, endpoints = self._version, self._endpoints
+        self._tentative.expire()
         out: list[ProfileOutcome | None] = []
         for item in items:
             if isinstance(item, ProfileCall):
                 if item.endpoints is not None:
-                    out.append(self._run_one(item, 0, item.endpoints))
+                    outcome = self._run_one(item, 0, item.endpoints)
                 else:
-                    out.append(self._run_one(item, version, endpoints))
+                    outcome = self._run_one(item, version, endpoints)
+                self._tentative.tell(item.request, outcome.result)
+                out.append(outcome)
                 self._calls += 1
             else:
                 self._apply(item)
@@ -213,6 +220,10 @@ class ProfileActor:
     def _apply(self, event: ProfileEvent) -> None:
         if event.kind in self._events:
             self._events[event.kind] += 1
+        if event.kind == "withdraw":
+            self._tentative.withdraw(event.request)
+            return
+        self._tentative.settle(event.request.request_id)  # the real event replaces a tentative entry
         if event.kind == "pre_request" and event.result is not None:
             self._hooks.pre_request(event.request, event.result)
         elif event.kind == "first_token" and event.endpoint_name is not None:
@@ -289,6 +300,8 @@ class ProfileActor:
             "hook_errors": self._hooks.errors,
             "watch_errors": self._watch_errors,
             "events": dict(self._events),
+            # decisions told to the ledgers at once; withdrawn: never sent; expired: never heard of again
+            "tentative": self._tentative.counts(),
             "event_log": {"epoch": self._log.epoch, "seq": self._log.seq, "kept": len(self._log)},
             "state_sizes": state_sizes(self.profile.plugins()),
             "kv_events": (

@@ -63,12 +63,13 @@ class ProfileOutcome:
 class ProfileEvent:
     """Something the profile's stateful plugins must learn, riding in a run_batch with the calls:
     `pre_request` (the final decision, `result`), `first_token` (the first streamed token came
-    from `endpoint_name`) or `response_complete` (`endpoint_name` finished serving; the two response
-    events carry the request without its body). Events apply in order before the calls after them
-    in the same batch, so request N's decision is known when request N+1 is scheduled. Their slot
-    in the answer is None."""
+    from `endpoint_name`), `response_complete` (`endpoint_name` finished serving) or `withdraw`
+    (the request failed before it was sent: take back the decision the actor told its ledgers;
+    these three carry the request without its body). Events apply in order before the calls after
+    them in the same batch, so request N's decision is known when request N+1 is scheduled. Their
+    slot in the answer is None."""
 
-    kind: str  # "pre_request" | "first_token" | "response_complete"
+    kind: str  # "pre_request" | "first_token" | "response_complete" | "withdraw"
     request: LLMRequest
     result: SchedulingResult | None = None
     endpoint_name: str | None = None

@@ -3,7 +3,8 @@
 Targets, each in front of the same fake workers (bench/fake_worker.py, answering at once):
 direct, the best minimal Ray Serve forwarder (bench/serve_forwarder.py), our gateway (`epp up`:
 a decision through the profile actors per request; `epp-flow-control`: the same with the
-`flowControl` gate on, so every request passes the gateway's queue), sglang-router and vllm-router (optional
+`flowControl` gate on, so every request passes the gateway's queue; `-window-1` with one dispatched
+request at a time), sglang-router and vllm-router (optional
 extras, `pip install -e .[peers]`; skipped with a note when absent).
 
 Per target: sequential p50/p99 (and added over direct), closed-loop req/s at concurrency 32,
@@ -81,12 +82,16 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
     pods.write_text(
         json.dumps([{"name": f"w{i}", "address": "127.0.0.1", "port": p + offset} for i, p in enumerate(WORKER_PORTS)])
     )
-    fwd, epp, sgl, vll, flow = (str(p + offset) for p in (8300, 8400, 8500, 8600, 8700))
+    fwd, epp, sgl, vll, flow, flow1 = (str(p + offset) for p in (8300, 8400, 8500, 8600, 8700, 8800))
     # The default config with the flowControl gate on: every request passes the gateway's queue.
     flow_cfg = tmp / "default-flow-control.yaml"
     cfg = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
     cfg["featureGates"] = ["flowControl"]
     flow_cfg.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    # The same with a dispatch window of one request (a dispatched request scheduled before the next leaves).
+    window1 = tmp / "window-1.yaml"
+    window1.write_text(yaml.safe_dump({"flow_dispatch_window": 1}))
+    epp_up = [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port"]
     out = {
         "serve-forwarder": (
             [py, "-m", "bench.serve_forwarder", "--port", fwd, "--workers", *workers],
@@ -102,6 +107,11 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
             [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port", flow, "--config", str(flow_cfg)],
             f"http://127.0.0.1:{flow}/ready",
             f"http://127.0.0.1:{flow}",
+        ),
+        "epp-flow-control-window-1": (
+            [*epp_up, flow1, "--config", str(flow_cfg), "--settings", str(window1)],
+            f"http://127.0.0.1:{flow1}/ready",
+            f"http://127.0.0.1:{flow1}",
         ),
     }
     if sg := _bin("sglang-router"):

@@ -158,7 +158,11 @@ class ActorPath:
     async def schedule(self, request: LLMRequest, endpoints: list[Endpoint], seed: int) -> SchedulingResult:
         state = CycleState()
         state.write(CYCLE_SEED_KEY, seed)
-        result = await schedule_cycles(self.handler, self.profiles, self.runner, request, endpoints, state)
+        try:
+            result = await schedule_cycles(self.handler, self.profiles, self.runner, request, endpoints, state)
+        except SchedulingError:
+            self.runner.withdraw(request)  # as the gateway does: the actors take back what they told
+            raise
         self.runner.pre_request(request, result)  # rides with the next call, as in the gateway
         return result
 

@@ -26,6 +26,7 @@ from scheduler.interfaces import (
     Scorer,
     ScorerCategory,
     Screener,
+    TentativePreRequest,
 )
 from scheduler.loop import schedule_cycles
 from scheduler.profile import SchedulerProfile, WeightedScorer
@@ -76,6 +77,7 @@ __all__ = [
     "ScorerCategory",
     "Screener",
     "ServedModel",
+    "TentativePreRequest",
     "WeightedScorer",
     "build_plugins",
     "dump_config",

@@ -1,6 +1,7 @@
 """The request-lifecycle hooks of a set of plugins, dispatched in one place: PreRequest after the
 decision, ResponseHeader when the response starts, ResponseFirstToken when a stream's first token
-arrives, ResponseUsage when a response carried its token usage, ResponseComplete at the end.
+arrives, ResponseUsage when a response carried its token usage, ResponseComplete at the end; and
+for the profile actors, a decision made but not yet final to the TentativePreRequest plugins.
 The in-process Scheduler uses it for all its plugins, each profile actor for its profile's
 plugins, the gateway for the detectors it keeps locally: one rule everywhere.
 
@@ -26,6 +27,7 @@ from scheduler.interfaces import (
     ResponseFirstToken,
     ResponseHeader,
     ResponseUsage,
+    TentativePreRequest,
 )
 from scheduler.types import LLMRequest, SchedulingResult
 
@@ -33,11 +35,12 @@ log = logging.getLogger("ray_epp.scheduler.hooks")
 
 
 class RequestHooks:
-    __slots__ = ("_complete", "_first_token", "_headers", "_pre_request", "_usage", "errors")
+    __slots__ = ("_complete", "_first_token", "_headers", "_pre_request", "_tentative", "_usage", "errors")
 
     def __init__(self, plugins: Iterable[Plugin]) -> None:
         plugins = list(plugins)
         self._pre_request = [p for p in plugins if isinstance(p, PreRequest)]
+        self._tentative = [p for p in plugins if isinstance(p, TentativePreRequest)]
         self._first_token = [p for p in plugins if isinstance(p, ResponseFirstToken)]
         self._complete = [p for p in plugins if isinstance(p, ResponseComplete)]
         self._headers = [p for p in plugins if isinstance(p, ResponseHeader)]
@@ -50,6 +53,21 @@ class RequestHooks:
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         for hook in self._pre_request:
             self._run(hook, hook.pre_request, request, result)
+
+    @property
+    def takes_tentative(self) -> bool:
+        """Whether any plugin learns decisions before they are final (actors/tentative_decisions.py)."""
+        return bool(self._tentative)
+
+    def tentative_pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
+        """A decision made but not final: only the TentativePreRequest plugins learn it."""
+        for hook in self._tentative:
+            self._run(hook, hook.pre_request, request, result)
+
+    def withdraw(self, request: LLMRequest) -> None:
+        """A tentative decision that will not become final is taken back."""
+        for hook in self._tentative:
+            self._run(hook, hook.withdraw, request)
 
     def response_headers(self, request: LLMRequest, result: SchedulingResult) -> dict[str, str]:
         """The headers the ResponseHeader plugins add to the client's response, in plugin order

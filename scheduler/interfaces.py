@@ -152,6 +152,20 @@ class PreRequest(Plugin):
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None: ...
 
 
+class TentativePreRequest(PreRequest):
+    """A PreRequest that may learn a decision before it is final (a Ray EPP extension): a profile
+    actor tells it each of its own profile's results as soon as it is made, with that one profile
+    in the result, so the next call decided on the same snapshot (the rest of a batch, the batches
+    before the final PreRequest arrives) sees it instead of the whole burst herding onto the one
+    endpoint that looked emptiest. The plugin's `pre_request` must replace an earlier one for the
+    same request id (a ledger keyed by request), so the final decision simply overwrites the
+    tentative one; `withdraw` takes back a tentative decision that never became final (the
+    request failed before it was sent)."""
+
+    @abstractmethod
+    def withdraw(self, request: LLMRequest) -> None: ...
+
+
 class DataPreparer(Plugin):
     """Runs before the scheduling cycles and may wait (llm-d's DataProducer with a ProduceTimeout,
     e.g. the burst prefix producer's batch window). It runs where the request arrives (the gateway,

@@ -56,7 +56,6 @@ log = logging.getLogger("ray_epp.gateway")
 GATEWAY_SERVICE = "ray-epp-gateway"  # /health names the service, so launchers find our replicas
 FIRST_SNAPSHOT_WAIT_S = 5.0  # a new replica's first request waits at most this for the pool
 OTHER = "other"  # the metric label of a value a client chose that the pool does not know
-DISPATCH_WINDOW = 1  # flow control: dispatched requests not yet scheduled (see GatewayCore.__init__)
 app = FastAPI(title="Ray EPP gateway", docs_url=None, redoc_url=None, openapi_url=None)
 
 
@@ -129,11 +128,8 @@ class GatewayCore:
         self.intake = RequestIntake(s)
         self.admin = AdminApi(s.admin_token, datastore)
         self.recorder = MetricsRecorder()
-        # With the flowControl gate on, requests wait in this replica's queue instead of a 429. One
-        # dispatch at a time until scheduled: the profile actors learn each decision (PreRequest)
-        # after it returns, through the same FIFO batcher as the next call, so a wider window lets
-        # a burst be decided in one batch on the same view, all onto the same endpoint.
-        fc = build_flow_controller(cfg, built.plugins, self.detectors, window=DISPATCH_WINDOW)
+        # With the flowControl gate on, requests wait in this replica's queue instead of a 429.
+        fc = build_flow_controller(cfg, built.plugins, self.detectors, window=s.flow_dispatch_window)
         self.flow = (
             None
             if fc is None
@@ -177,6 +173,10 @@ class GatewayCore:
             )
         except SchedulingError:
             status = "failure"
+            self.runner.withdraw(request)
+            raise
+        except BaseException:  # cancelled (the client left) or a bug: the decisions made are not used
+            self.runner.withdraw(request)
             raise
         finally:
             self.recorder.observe("inference_extension_scheduler_e2e_duration_seconds", time.perf_counter() - start)

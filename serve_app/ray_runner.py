@@ -91,6 +91,11 @@ class RayProfileRunner:
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         self._notify(request, ProfileEvent("response_complete", request.without_body(), endpoint_name=endpoint_name))
 
+    def withdraw(self, request: LLMRequest) -> None:
+        """The request failed before it was sent: the actors take back the decisions they told
+        their ledgers when they made them (actors/tentative_decisions.py)."""
+        self._notify(request, ProfileEvent("withdraw", request.without_body()))
+
     def _notify(self, request: LLMRequest, event: ProfileEvent) -> None:
         shard = self.shard_key.shard_of(request)  # memoised on the request: the deciding shard
         for batchers in self._batchers.values():

@@ -55,6 +55,11 @@ class GatewaySettings(BaseModel):
     first_byte_timeout_s: float = Field(default=30.0, gt=0)
     # A stream silent for this long between chunks is ended with an error event.
     stream_idle_timeout_s: float = Field(default=60.0, gt=0)
+    # With the flowControl gate: requests dispatched from the queue and not yet scheduled, at most
+    # (a ledger detector sees a request only once it is scheduled, so this bounds what one dispatch
+    # pass lets through unseen). None: one per endpoint. The profile actors tell their ledgers each
+    # decision as they make it, so the requests of one pass do not herd onto one endpoint.
+    flow_dispatch_window: int | None = Field(default=None, ge=1)
     # Queue depth / KV thresholds of the saturation detector used for admission (GIE defaults).
     saturation_queue_depth: int = Field(default=5, ge=0)
     saturation_kv_cache: float = Field(default=0.8, ge=0, le=1)

@@ -41,6 +41,7 @@ async def _drive(cfg: dict, actors: dict) -> tuple[list, list]:
         try:
             result = await schedule_cycles(handler, profiles, runner, req, endpoints, state, trace)
         except SchedulingError as err:
+            runner.withdraw(req)  # as the gateway does: the actors take back what they told their ledgers
             outcomes.append(("error", err.code, err.message))
         else:
             outcomes.append(scheduled(result, trace))

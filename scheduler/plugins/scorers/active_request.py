@@ -15,7 +15,7 @@ from pydantic import BeforeValidator, Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
-from scheduler.interfaces import Parameters, PluginHandle, PreRequest, ResponseComplete, Scorer, ScorerCategory
+from scheduler.interfaces import Parameters, PluginHandle, ResponseComplete, Scorer, ScorerCategory, TentativePreRequest
 from scheduler.plugins.support.inflight import InFlightLedger, LedgerClock
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
@@ -31,7 +31,7 @@ class ActiveRequestParameters(Parameters):
 
 
 @register
-class ActiveRequestScorer(LedgerClock, Scorer, PreRequest, ResponseComplete):
+class ActiveRequestScorer(LedgerClock, Scorer, TentativePreRequest, ResponseComplete):
     type_name = "active-request-scorer"
     category = ScorerCategory.DISTRIBUTION
     Parameters = ActiveRequestParameters
@@ -57,6 +57,9 @@ class ActiveRequestScorer(LedgerClock, Scorer, PreRequest, ResponseComplete):
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         names = [r.target_endpoints[0].name for r in result.profile_results.values() if r and r.target_endpoints]
         self.ledger.add(request.request_id, [(name, 1) for name in names])
+
+    def withdraw(self, request: LLMRequest) -> None:
+        self.ledger.release(request.request_id)
 
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         self.ledger.release(request.request_id)

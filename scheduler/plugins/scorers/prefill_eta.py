@@ -39,7 +39,14 @@ from collections import OrderedDict
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import PluginHandle, PreRequest, ResponseComplete, ResponseFirstToken, Scorer, ScorerCategory
+from scheduler.interfaces import (
+    PluginHandle,
+    ResponseComplete,
+    ResponseFirstToken,
+    Scorer,
+    ScorerCategory,
+    TentativePreRequest,
+)
 from scheduler.plugins.support.latency_model import LatencyModel
 from scheduler.plugins.support.prefill_ledger import PrefillLedgerParameters, backlog_scores, prompt_sent
 from scheduler.registry import register
@@ -64,7 +71,7 @@ PENDING_FLOOR_TOKENS = 1.0
 
 
 @register
-class PrefillEtaScorer(Scorer, PreRequest, ResponseFirstToken, ResponseComplete):
+class PrefillEtaScorer(Scorer, TentativePreRequest, ResponseFirstToken, ResponseComplete):
     type_name = "prefill-eta-scorer"
     category = ScorerCategory.DISTRIBUTION
     Parameters = PrefillEtaParameters
@@ -134,6 +141,9 @@ class PrefillEtaScorer(Scorer, PreRequest, ResponseFirstToken, ResponseComplete)
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         with self._lock:
             self._pending.pop(request.request_id, None)
+
+    def withdraw(self, request: LLMRequest) -> None:
+        self.response_complete(request, "")
 
     def _expire(self, now: float) -> None:
         timeout = self.params.request_timeout

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scheduler.interfaces import PreRequest, ResponseComplete, ResponseFirstToken
+from scheduler.interfaces import ResponseComplete, ResponseFirstToken, TentativePreRequest
 from scheduler.plugins.support.inflight import InFlightLedger
 from scheduler.plugins.support.prefill_ledger import prompt_tokens, uncached_tokens
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
@@ -96,7 +96,7 @@ class InFlightLoad:
             ledger.release(f"{request.request_id}/end")
 
 
-class InFlightLoadHooks(PreRequest, ResponseFirstToken, ResponseComplete):
+class InFlightLoadHooks(TentativePreRequest, ResponseFirstToken, ResponseComplete):
     """Mixin for plugins that keep an `InFlightLoad` as `self.load`: the lifecycle hooks feed it,
     and its `clock` is the plugin's (re-pointed by tests and the simulation)."""
 
@@ -112,6 +112,9 @@ class InFlightLoadHooks(PreRequest, ResponseFirstToken, ResponseComplete):
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         self.load.add(request, result)
+
+    def withdraw(self, request: LLMRequest) -> None:
+        self.load.complete(request)
 
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         self.load.first_token(request)

@@ -17,7 +17,7 @@ from pydantic import BeforeValidator, Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
-from scheduler.interfaces import Parameters, PluginHandle, PreRequest, ResponseComplete, ResponseFirstToken
+from scheduler.interfaces import Parameters, PluginHandle, ResponseComplete, ResponseFirstToken, TentativePreRequest
 from scheduler.plugins.support.inflight import InFlightLedger, LedgerClock
 from scheduler.plugins.support.prefix.hashing import AVERAGE_CHARS_PER_TOKEN
 from scheduler.plugins.support.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
@@ -87,7 +87,7 @@ def backlog_scores(
     return {ep: (high - cost) / span for ep, cost in costs.items()}
 
 
-class PrefillLedger(LedgerClock, PreRequest, ResponseFirstToken, ResponseComplete):
+class PrefillLedger(LedgerClock, TentativePreRequest, ResponseFirstToken, ResponseComplete):
     """Mixin: the hooks that keep `self.ledger`; `backlog()` reads it."""
 
     def setup(self, handle: PluginHandle) -> None:
@@ -101,6 +101,9 @@ class PrefillLedger(LedgerClock, PreRequest, ResponseFirstToken, ResponseComplet
         sent = prompt_sent(request, result)
         if sent is not None:
             self.ledger.add(request.request_id, [sent])
+
+    def withdraw(self, request: LLMRequest) -> None:
+        self.ledger.release(request.request_id)
 
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         self.ledger.release(request.request_id)
