@@ -1,14 +1,22 @@
 """Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}} with the right status.
 
-Every answer the gateway gives itself has this shape, including its router's 404 / 405. `code` is
-one of GIE's codes (docs/DESIGN.md: BadRequest, NotFound, ResourceExhausted, Internal,
+Every answer the gateway gives itself has this shape, including its router's 404 / 405 and
+FastAPI's validation errors (`answer_errors_in_openai_shape` installs the app's handlers). `code`
+is one of GIE's codes (docs/DESIGN.md: BadRequest, NotFound, ResourceExhausted, Internal,
 ServiceUnavailable) where one fits, else OpenAI's own (`invalid_api_key`, `model_not_found`)."""
 
 from __future__ import annotations
 
-from starlette.responses import JSONResponse
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
 
 from scheduler import ErrorCode, SchedulingError
+
+log = logging.getLogger("ray_epp.gateway")
 
 _TYPES = {
     400: "invalid_request_error",
@@ -84,3 +92,26 @@ class GatewayError(Exception):
 
 def bad_request(message: str, param: str | None = None) -> GatewayError:
     return GatewayError(400, message, code=ErrorCode.BAD_REQUEST.value, param=param)
+
+
+def answer_errors_in_openai_shape(app: FastAPI) -> None:
+    """The app's own errors in this shape too: its router's 404 / 405, a request FastAPI could not
+    validate (400), and an unexpected exception (500, logged)."""
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _internal_error)
+
+
+async def _http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+    """The router's own 404 / 405 in OpenAI's shape, like every other answer of the gateway."""
+    err = GatewayError(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+    return err.response()
+
+
+async def _validation_error(_request: Request, exc: RequestValidationError) -> Response:
+    return bad_request(str(exc)[:500]).response()
+
+
+async def _internal_error(_request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error: %s", exc)
+    return GatewayError(500, f"internal error: {type(exc).__name__}").response()

@@ -4,16 +4,13 @@ through the profile actors and forwards it to the chosen model server.
 Any number of replicas share the same actors, hence the same scheduling state."""
 
 import json
-import logging
 import os
 import time
 from typing import Any
 
 import ray
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from ray import serve
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from actors.metrics_hub import MetricsPusher, MetricsRecorder
@@ -40,7 +37,7 @@ from serve_app import side_routes
 from serve_app.admin import AdminApi, admin_router
 from serve_app.disagg import hand_off
 from serve_app.endpoint_view import EndpointView
-from serve_app.errors import GatewayError, bad_request
+from serve_app.errors import GatewayError, answer_errors_in_openai_shape
 from serve_app.flow_gate import FlowGate
 from serve_app.forwarder import Forwarder, UpstreamUnavailable, relay, response_headers
 from serve_app.ingress import SharedPortServer
@@ -51,30 +48,11 @@ from serve_app.settings import GatewaySettings
 from serve_app.side_routes import DESTINATION_HEADER
 from serve_app.usage import STREAM_TAIL_BYTES, usage_of_body, usage_of_stream
 
-log = logging.getLogger("ray_epp.gateway")
-
 GATEWAY_SERVICE = "ray-epp-gateway"  # /health names the service, so launchers find our replicas
 FIRST_SNAPSHOT_WAIT_S = 5.0  # a new replica's first request waits at most this for the pool
 OTHER = "other"  # the metric label of a value a client chose that the pool does not know
 app = FastAPI(title="Ray EPP gateway", docs_url=None, redoc_url=None, openapi_url=None)
-
-
-@app.exception_handler(StarletteHTTPException)
-async def _http_error(_request: Request, exc: StarletteHTTPException) -> Response:
-    """The router's own 404 / 405 in OpenAI's shape, like every other answer of the gateway."""
-    err = GatewayError(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
-    return err.response()
-
-
-@app.exception_handler(RequestValidationError)
-async def _validation_error(_request: Request, exc: RequestValidationError) -> Response:
-    return bad_request(str(exc)[:500]).response()
-
-
-@app.exception_handler(Exception)
-async def _internal_error(_request: Request, exc: Exception) -> Response:
-    log.exception("unexpected error: %s", exc)
-    return GatewayError(500, f"internal error: {type(exc).__name__}").response()
+answer_errors_in_openai_shape(app)
 
 
 class _Stream(StreamingResponse):

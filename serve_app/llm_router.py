@@ -5,9 +5,9 @@ Serve gives every deployment handle a request router; this one runs a GIE Endpoi
 over the deployment's replicas. Each `RunningReplica` is an endpoint: named by its replica id,
 labelled from its metadata, node and zone, with the metrics its `record_routing_stats` publishes
 (serve_app/llm_stats.py), or Serve's queue-length cache when it publishes none, and its
-multiplexed model ids as resident LoRA adapters. `choose_replicas` returns the scheduler's targets
-best first, then the other replicas: Serve still sends to the first that accepts, so
-`max_ongoing_requests` back-pressure holds.
+multiplexed model ids as resident LoRA adapters (serve_app/llm_endpoints.py). `choose_replicas`
+returns the scheduler's targets best first, then the other replicas: Serve still sends to the
+first that accepts, so `max_ongoing_requests` back-pressure holds.
 
 Scheduling state is not per router: it lives in profile actors found by name (one set per
 config, `actors/launcher.start_router_profile_actors`), so every router of every ingress replica
@@ -39,7 +39,6 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -58,13 +57,13 @@ from actors.options import ActorOptions
 from scheduler import (
     Endpoint,
     LLMRequest,
-    Metrics,
     ProfileRunResult,
     SchedulingResult,
     build_plugins,
     schedule_cycles,
 )
 from scheduler.trace import SchedulingTrace
+from serve_app.llm_endpoints import ReplicaEndpoints
 from serve_app.llm_first_token import FirstTokenInference
 from serve_app.llm_mirror import RouterMirror
 from serve_app.llm_requests import body_of, request_of
@@ -85,32 +84,14 @@ from serve_app.llm_router_stats import (  # the stats' public names, here too
     routers,
 )
 from serve_app.llm_scrapers import ReplicaScrapers
-from serve_app.llm_stats import metrics_from_stats, published_queue
+from serve_app.llm_stats import published_queue
 
 log = logging.getLogger("ray_epp.serve.llm_router")
 
 # Where the routers' profile actors live, whatever namespace a router runs in (Serve's replicas run
 # in "serve", a driver in its own): routers must find the same actors.
 ROUTER_NAMESPACE = "ray-epp-router"
-NODE_LABEL = "ray.io/node-id"
-ZONE_LABEL = "topology.kubernetes.io/zone"
-REPLICA_LABEL = "ray.io/serve-replica-id"
-# Serve's handles reach a replica by actor, not by address; an Endpoint needs one all the same.
-UNKNOWN_ADDRESS, UNKNOWN_PORT = "127.0.0.1", 8000
 MAX_REMEMBERED = 20_000  # decisions kept for on_request_routed / completions not yet seen
-
-
-@dataclass(slots=True, frozen=True)
-class ConvertedReplica:
-    """A replica info read once (`EPPRequestRouter.endpoint_of`): `source` is the info's objects it
-    was read from; `endpoint` the endpoint to reuse while they stay (None: metrics read per request;
-    plugins do not change the endpoints they are given)."""
-
-    source: tuple[Any, ...]
-    labels: dict[str, str]
-    address: str
-    port: int
-    endpoint: Endpoint | None
 
 
 class NoDecision(Exception):
@@ -126,7 +107,6 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
     No FIFOMixin: a replica chosen for one request goes to that request (FIFOMixin may hand it to
     an older one, whose decision named another replica)."""
-
 
     def initialize_state(
         self,
@@ -189,8 +169,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._learn_on_decision = learn_on_decision
         self._first_tokens = FirstTokenInference() if infer_first_token else None
         self._scrapers = ReplicaScrapers(scraping)
-        self._endpoints: dict[ReplicaID, ConvertedReplica] = {}  # see endpoint_of
-        self._infos_changed = True  # a replica came, went or changed its info: check the scrapers
+        self._endpoints = ReplicaEndpoints(self._scrapers, self.replica_queue_len_cache.get)
         self.counters = RouterCounters()
         self.decision_traces: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._trace_decisions = trace_decisions
@@ -234,9 +213,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         super().update_replicas(replicas)
         if hasattr(self, "_endpoints"):  # forget replicas that went away
-            current = {r.replica_id for r in replicas}
-            self._endpoints = {rid: c for rid, c in self._endpoints.items() if rid in current}
-            self._infos_changed = True
+            self._endpoints.keep({r.replica_id for r in replicas})
         if getattr(self, "_scrapers", None):  # stop those of replicas that went away (all: app deleted)
             self._on_loop(self._sync_scrapers)
         if getattr(self, "_first_tokens", None) is not None:  # new routing stats: whose first token came
@@ -277,60 +254,13 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     def _sync_scrapers(self) -> None:
         """Scrape the current replicas that publish no engine state (on the router's loop)."""
         self._scrapers.sync({rid.unique_id: r for rid, r in self.curr_replicas.items()
-                             if self._conversion(r).endpoint is None})  # fmt: skip
+                             if self._endpoints.converted(r).endpoint is None})  # fmt: skip
 
     # --- endpoints from replicas -----------------------------------------------------------------
 
     def endpoint_of(self, replica: RunningReplica) -> Endpoint:
-        """The replica as the scheduler's endpoint. Serve replaces a replica's info (metadata,
-        routing stats, multiplexed ids) when it changes, so what is read from that info is kept
-        per replica until they change: a replica that publishes its engine state is converted once
-        per stats update, not once per request. Scraped metrics and
-        Serve's queue-length cache change between requests and are read every time."""
-        rid = replica.replica_id
-        cached = self._conversion(replica)
-        if cached.endpoint is not None:
-            return cached.endpoint
-        scraped = self._scrapers.scraped(rid.unique_id) if self._scrapers else None
-        if scraped is not None:  # its engine's own /metrics page
-            metrics = scraped
-        else:  # nothing published: Serve's own count of the replica's ongoing requests
-            queue_len = self.replica_queue_len_cache.get(rid) or 0
-            metrics = Metrics(waiting_queue_size=queue_len, running_requests_size=queue_len)
-        for model_id in replica.multiplexed_model_ids:  # loaded: resident adapters
-            metrics.active_models.setdefault(model_id, 0)
-        return Endpoint(rid.unique_id, cached.address, cached.port, dict(cached.labels), metrics)
-
-    def _conversion(self, replica: RunningReplica) -> ConvertedReplica:
-        """The replica's info as read last, read again when it changed (`_converted` set then)."""
-        source = (replica.replica_metadata, replica.routing_stats, frozenset(replica.multiplexed_model_ids),
-                  replica.node_id, replica.availability_zone, replica.backend_http_endpoint)  # fmt: skip
-        cached = self._endpoints.get(replica.replica_id)
-        if cached is None or cached.source != source:  # the same objects compare equal at once
-            cached = self._endpoints[replica.replica_id] = self._converted(replica, source)
-            self._infos_changed = True
-        return cached
-
-    def _converted(self, replica: RunningReplica, source: tuple[Any, ...]) -> ConvertedReplica:
-        """What one replica info says: labels, address, and (when it publishes its engine state)
-        the whole endpoint."""
-        metadata, stats, model_ids, node_id, zone, host_port = source
-        labels = {str(k): str(v) for k, v in metadata.items() if isinstance(v, str | int | float)}
-        labels[REPLICA_LABEL] = replica.replica_id.unique_id
-        if node_id:
-            labels[NODE_LABEL] = node_id
-        if zone:
-            labels[ZONE_LABEL] = zone
-        address, port = host_port if host_port is not None else (UNKNOWN_ADDRESS, UNKNOWN_PORT)
-        published = metrics_from_stats(stats)
-        if published is None:
-            return ConvertedReplica(source, labels, address, port, None)
-        metrics, declared = published
-        labels.update(declared)
-        for model_id in model_ids:  # loaded: resident adapters
-            metrics.active_models.setdefault(model_id, 0)
-        endpoint = Endpoint(replica.replica_id.unique_id, address, port, labels, metrics)
-        return ConvertedReplica(source, labels, address, port, endpoint)
+        """The replica as the scheduler's endpoint (serve_app/llm_endpoints.py)."""
+        return self._endpoints.endpoint_of(replica)
 
     # --- choosing --------------------------------------------------------------------------------
 
@@ -371,9 +301,9 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     async def _schedule(
         self, candidates: list[RunningReplica], pending_request: PendingRequest
     ) -> list[list[RunningReplica]]:
-        if self._scrape and self._infos_changed:  # scrapers follow the replica infos, not requests
+        if self._scrape and self._endpoints.changed:  # scrapers follow the replica infos, not requests
             self._sync_scrapers()
-            self._infos_changed = False
+            self._endpoints.changed = False
         mirror = await self._ensure_mirror()
         # An earlier decision (of the last second: not a lost one) not yet routed: unseen by the mirror.
         if self._decisions and next(reversed(self._decisions.values()))[2] > time.perf_counter() - 1.0:

@@ -1,7 +1,7 @@
-"""EPPRequestRouter's replica -> endpoint conversion, kept per replica info: what changes in a
-replica's info reaches the scheduler, and what does not change is not read again. The real router
-(built as Serve builds it, deciding on its local mirror, no actors) over stand-ins of Serve's
-RunningReplica (bench/llm_router_decision.py)."""
+"""EPPRequestRouter's replica -> endpoint conversion (serve_app/llm_endpoints.py), kept per
+replica info: what changes in a replica's info reaches the scheduler, and what does not change is
+not read again. The real router (built as Serve builds it, deciding on its local mirror, no actors)
+over stand-ins of Serve's RunningReplica (bench/llm_router_decision.py)."""
 
 from __future__ import annotations
 
