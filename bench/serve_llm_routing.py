@@ -130,16 +130,22 @@ EPP_VARIANTS: dict[str, dict[str, Any]] = {
     "epp-before": {"learn_on_decision": False, "infer_first_token": False},
     "epp-sync50": {"sync_interval_s": 0.05},
     "epp-traced": {"trace_decisions": 5000},  # each decision's scores in the answers (`--details`)
+    # prefill-eta-scorer instead of prefill-backlog-scorer (epp_config): a pending prompt fades over
+    # its predicted TTFT, so a first token inferred late (the routing-stats period) does not hold it
+    # at full weight.
+    "epp-eta": {},
 }
 
 
-def epp_config(workload: str) -> str:
+def epp_config(workload: str, router: str = "epp") -> str:
+    if router == "epp-eta":
+        return "bench/configs/lora-eta.yaml" if workload == "multi-lora" else "bench/configs/default-eta.yaml"
     return "configs/lora.yaml" if workload == "multi-lora" else "configs/default.yaml"
 
 
 def router_config(router: str, workload: str) -> RequestRouterConfig:
     if router in EPP_VARIANTS:
-        cls, kwargs = f"{MODULE}:TimedEPP", {"config": epp_config(workload)} | EPP_VARIANTS[router]
+        cls, kwargs = f"{MODULE}:TimedEPP", {"config": epp_config(workload, router)} | EPP_VARIANTS[router]
     elif router == "pow2":
         cls, kwargs = f"{MODULE}:TimedPowerOfTwo", {}
     elif router == "prefix-affinity":
@@ -664,7 +670,8 @@ async def run_all(args: argparse.Namespace, shape: Shape, routers: list[str]) ->
             overhead.append(result)
     # Only now: a deleted deployment's router still talks to its profile actors for a while, and
     # stopping them under it stalled the next runs' routing (first run of 05:27 UTC, docs/BENCHMARKS.md).
-    for config in {epp_config(w) for w in args.workloads.split(",") if w} | {epp_config("shared-prefix")}:
+    workloads = [w for w in args.workloads.split(",") if w] + ["shared-prefix"]
+    for config in {epp_config(w, r) for w in workloads for r in ("epp", "epp-eta")}:
         await asyncio.to_thread(stop_epp_actors, config)
     return results, overhead
 
