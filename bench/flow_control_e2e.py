@@ -19,12 +19,13 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from bench.e2e import TARGETS, E2EDriver
+from bench.e2e import TARGETS, E2EDriver, failure_split
 from bench.flow_control import CAPACITY, CRITICAL_SHARE, ROOT, steady_state, workload
 from scheduler.duration import parse_duration
 from simulator import make_pod_configs
@@ -56,6 +57,16 @@ def _target(config: Path, proxy_port: int):
     return make
 
 
+# The client's cut-off, in model time: the scaled TTL (2 s) a request may wait, then its stream
+# (seconds when the pods decode a full batch), with room; the driver's default of 60 s wall was
+# 3 model s at x20, which cut streams that were still running.
+CUTOFF_S = 30.0
+
+
+def _kind(o: Any) -> str:
+    return "critical" if o.priority > 0 else "sheddable"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--load", type=float, default=1.5, help="fraction of the pool's capacity")
@@ -66,7 +77,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=18530, help="the gateway's port")
     ap.add_argument("--proxy-port", type=int, default=18531, help="Ray Serve's proxy port")
     ap.add_argument("--only", default="", help="run only configs whose label contains this")
+    ap.add_argument(
+        "--cutoff", type=float, default=CUTOFF_S,
+        help="model seconds after the last arrival before open requests count as failed (x time-scale in wall)",
+    )  # fmt: skip
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--outcomes", type=Path, default=None, help="every request's outcome, a JSON line each")
     args = ap.parse_args(argv)
     labelled = workload(args.load * CAPACITY, args.duration, args.seed, args.critical_share)
     print(f"load average at start: {os.getloadavg()}; {len(labelled.requests)} requests", flush=True)
@@ -79,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
             TARGETS[name] = _target(scaled(path, args.time_scale, Path(td)), args.proxy_port)
             driver = E2EDriver()
             driver.time_scale, driver.max_requests, driver.port = args.time_scale, len(labelled.requests), args.port
+            driver.timeout_s = args.cutoff * args.time_scale
             result = driver.run(name, make_pod_configs(8), labelled.requests, args.seed)
             statuses: dict[str, int] = {}
             for o in result.outcomes:
@@ -88,12 +105,21 @@ def main(argv: list[str] | None = None) -> None:
                 "load": args.load,
                 **steady_state(result.outcomes, labelled),
                 "statuses": statuses,
+                # what the sheds and failures were, critical vs sheddable: a TTL 429, an upstream
+                # 5xx, a cut stream and the client's cut-off are different findings
+                "not_ok": failure_split(result.outcomes, key=_kind),
                 "wall_s": result.metrics.get("wall_s"),
                 "errors": result.extra.get("errors"),
                 "load_average": os.getloadavg(),
             }
             rows.append(row)
+            if args.outcomes is not None:
+                with args.outcomes.open("a") as f:
+                    for o in result.outcomes:
+                        f.write(json.dumps({"config": label, "kind": labelled.kind[o.request_id], **asdict(o)}) + "\n")
             print(json.dumps(row), flush=True)
+            for why, entry in row["not_ok"].items():
+                print(f"  {entry['n']:5d}  {why}  {entry['by']}  e.g. {entry['example']}", flush=True)
     print(f"load average at end: {os.getloadavg()}")
     if args.json is not None:
         args.json.write_text(json.dumps({"time_scale": args.time_scale, "rows": rows}, indent=2))
