@@ -7,7 +7,9 @@ The pods are slowed `--time-scale` times so one 2-core machine can drive them th
 every time is reported in the model's time (wall / scale), and the flow-control config's
 `defaultRequestTTL` is multiplied by the scale so a request may wait as long, in model time, as in
 the cluster simulation. The gateway's own clocks (scrape interval, dispatch tick) are not scaled:
-they are finer, in model time, than in a real deployment, for both configs alike.
+they are finer, in model time, than in a real deployment, for both configs alike. So is the
+client's cut-off (`--cutoff`, model seconds after the last arrival); each request that is not ok
+is recorded with why (`not_ok`: status, the gateway's code and dropped reason, or the client's).
 
     .venv/bin/python -m bench.flow_control_e2e --load 1.5 --duration 10 --time-scale 20
 """
@@ -57,9 +59,9 @@ def _target(config: Path, proxy_port: int):
     return make
 
 
-# The client's cut-off, in model time: the scaled TTL (2 s) a request may wait, then its stream
-# (seconds when the pods decode a full batch), with room; the driver's default of 60 s wall was
-# 3 model s at x20, which cut streams that were still running.
+# The client's cut-off, in model time: a request may wait the TTL (2 s) and then stream 256 tokens
+# at a full pod's ~28 ms ITL (7.5 model s measured, docs/BENCHMARKS.md); the driver's 60 s wall
+# was 3 model s at x20 and counted ~380 streams still running as failed.
 CUTOFF_S = 30.0
 
 
