@@ -43,6 +43,8 @@ from bench.metrics import ERROR, OK, SHED, Outcome, summarize
 from simulator import PodConfig, SimRequest
 
 PRIORITY_HEADER = "x-gateway-inference-priority"
+KEEPALIVE_S = 2.0  # the client's idle connections, well under uvicorn's timeout_keep_alive (5 s)
+DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason"  # flow control's refusals carry it
 
 # name -> (worker URLs, pods JSON path, port) -> (command, readiness URL, base URL); None when absent
 TargetFn = Callable[[list[str], Path, int], tuple[list[str], str, str] | None]
@@ -190,8 +192,24 @@ class E2EDriver:
         extra: dict[str, Any] = {}
         errors = [o.request_id for o in outcomes if o.status == ERROR]
         if errors or warm_errors:
-            extra["errors"] = {"requests": errors[:5], "warmup": warm_errors[:3]}
+            extra["errors"] = {"requests": errors[:5], "warmup": warm_errors[:3], "why": failure_split(outcomes)}
         return RunResult(outcomes, metrics, extra)
+
+
+def failure_split(outcomes: list[Outcome], key: Callable[[Outcome], str] | None = None) -> dict[str, Any]:
+    """Outcomes that are not ok, counted by status and reason (and by `key`, e.g. priority),
+    each with its first answer's words: what "N failed" was made of."""
+    out: dict[str, Any] = {}
+    for o in outcomes:
+        if o.status == OK:
+            continue
+        name = f"{o.status}: {o.reason or '?'}"
+        entry = out.setdefault(name, {"n": 0, "example": o.detail})
+        entry["n"] += 1
+        if key is not None:
+            by = entry.setdefault("by", {})
+            by[key(o)] = by.get(key(o), 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["n"]))
 
 
 def _url(base: str, body: dict[str, Any]) -> str:
@@ -203,7 +221,9 @@ def _url(base: str, body: dict[str, Any]) -> str:
 async def _replay(
     bases: list[str], workload: list[SimRequest], scale: float, timeout_s: float, warmup: int
 ) -> tuple[list[Outcome], list[str]]:
-    conn = aiohttp.TCPConnector(limit=0)
+    # Idle connections are dropped before a server would close them (uvicorn, the gateway's
+    # server: 5 s): else a request sent on one as it closes fails at once, ServerDisconnected.
+    conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     async with aiohttp.ClientSession(connector=conn, timeout=timeout) as s:
         warm_errors = []
@@ -218,43 +238,89 @@ async def _replay(
             except aiohttp.ClientError as err:
                 warm_errors.append(repr(err))
         t0 = time.perf_counter() + 0.05
-        tasks = [asyncio.create_task(_one(s, bases[i % len(bases)], req, t0, scale)) for i, req in enumerate(workload)]
+        progress = {r.request_id: _Progress() for r in workload}  # how far each got, for the ones cut off
+        tasks = [
+            asyncio.create_task(_one(s, bases[i % len(bases)], req, t0, scale, progress[req.request_id]))
+            for i, req in enumerate(workload)
+        ]
         last = max((r.arrival_time for r in workload), default=0.0) * scale
         done, pending = await asyncio.wait(tasks, timeout=last + 0.05 + timeout_s)
+        cut = time.perf_counter()
         for t in pending:
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
     outcomes = []
     for req, task in zip(workload, tasks, strict=True):
-        if task in done and task.exception() is None:
-            outcomes.append(task.result())
+        if task not in done:
+            outcomes.append(progress[req.request_id].cut_off(req, cut, scale, timeout_s))
+        elif task.exception() is not None:
+            err = task.exception()
+            outcomes.append(_failed(req, reason=f"client {type(err).__name__}", detail=str(err)[:200]))
         else:
-            outcomes.append(_failed(req))
+            outcomes.append(task.result())
     return outcomes, warm_errors
 
 
-def _failed(req: SimRequest, status: str = ERROR) -> Outcome:
-    return Outcome(req.request_id, status, req.arrival_time, req.priority, req.model, prompt_tokens=req.prompt_tokens)
+@dataclass(slots=True)
+class _Progress:
+    """How far a request got, so one still open at the cut-off says whether it was queued,
+    streaming slowly or stalled (its last chunk long before the cut)."""
+
+    stage: str = "not sent"
+    sent: float = math.nan
+    first: float = math.nan
+    last: float = math.nan
+    tokens: int = 0
+
+    def cut_off(self, req: SimRequest, cut: float, scale: float, timeout_s: float) -> Outcome:
+        out = _failed(req, reason=f"unfinished at cut-off ({self.stage})")
+        out.ttft, out.output_tokens = (self.first - self.sent) / scale, self.tokens
+        out.detail = f"{timeout_s:g} s wall after the last arrival; sent {cut - self.sent:.1f} s before it"
+        if self.tokens:
+            out.detail += f", {self.tokens} token chunks, the last {cut - self.last:.1f} s before it"
+        return out
 
 
-async def _one(s: aiohttp.ClientSession, base: str, req: SimRequest, t0: float, scale: float) -> Outcome:
+def _failed(req: SimRequest, status: str = ERROR, reason: str = "", detail: str = "", e2e: float = math.nan) -> Outcome:
+    return Outcome(
+        req.request_id, status, req.arrival_time, req.priority, req.model, e2e=e2e,
+        prompt_tokens=req.prompt_tokens, reason=reason, detail=detail,
+    )  # fmt: skip
+
+
+async def _refused(req: SimRequest, r: aiohttp.ClientResponse, after: float, scale: float) -> Outcome:
+    """A 429 (shed) or another status (error), keyed by the status, the gateway's error `code`
+    and flow control's dropped reason, so TTL expiry, a full queue and upstream failures part."""
+    raw = await r.read()
+    code, message = "", raw[:200].decode(errors="replace")
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        err = json.loads(raw)["error"]
+        code, message = str(err.get("code") or ""), str(err.get("message") or "")
+    dropped = r.headers.get(DROPPED_REASON_HEADER, "")
+    reason = " ".join(x for x in (f"http {r.status}", code, dropped) if x)
+    status = SHED if r.status == 429 else ERROR
+    return _failed(req, status, reason, f"{message[:200]} (after {after:.1f} s wall)", e2e=after / scale)
+
+
+async def _one(
+    s: aiohttp.ClientSession, base: str, req: SimRequest, t0: float, scale: float, progress: _Progress | None = None
+) -> Outcome:
+    p = _Progress() if progress is None else progress
     await asyncio.sleep(max(0.0, t0 + req.arrival_time * scale - time.perf_counter()))
     body = {**req.body, "stream": True, "stream_options": {"include_usage": True}}
     headers = dict(req.headers)
     if req.priority:
         headers.setdefault(PRIORITY_HEADER, str(req.priority))
-    sent = time.perf_counter()
+    sent = p.sent = time.perf_counter()
     first = last = math.nan
     usage: dict[str, Any] = {}
     finished = False
+    p.stage = "no answer yet"
     try:
         async with s.post(_url(base, body), json=body, headers=headers) as r:
-            if r.status == 429:
-                await r.read()
-                return _failed(req, SHED)
             if r.status != 200:
-                await r.read()
-                return _failed(req)
+                return await _refused(req, r, time.perf_counter() - sent, scale)
+            p.stage = "headers, no token yet"
             buf = b""
             async for chunk in r.content.iter_any():
                 now = time.perf_counter()
@@ -269,17 +335,28 @@ async def _one(s: aiohttp.ClientSession, base: str, req: SimRequest, t0: float, 
                         finished = True
                         continue
                     msg = json.loads(data)
+                    if msg.get("error"):  # the gateway ends a stream its upstream broke with an error event
+                        err = msg["error"]
+                        reason = f"stream error event {err.get('code') or ''}".rstrip()
+                        after = f"(after {now - sent:.1f} s wall, {'no' if math.isnan(first) else 'some'} tokens)"
+                        return _failed(req, reason=reason, detail=f"{str(err.get('message'))[:200]} {after}")
                     if msg.get("usage"):
                         usage = msg["usage"]
                     for c in msg.get("choices") or ():
                         if c.get("text") or (c.get("delta") or {}).get("content"):
                             if math.isnan(first):
-                                first = now
-                            last = now
-    except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError):
-        return _failed(req)
+                                first = p.first = now
+                                p.stage = "streaming"
+                            last = p.last = now
+                            p.tokens += 1
+    except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as err:
+        # before the answer's head: connect error, reset; after it: the stream was cut mid-way
+        where = "client" if p.stage == "no answer yet" else "stream cut:"
+        after = time.perf_counter() - sent
+        return _failed(req, reason=f"{where} {type(err).__name__}", detail=f"{err!s:.200} (after {after:.1f} s wall)")
     if not finished or math.isnan(first):
-        return _failed(req)
+        reason = "stream ended without [DONE]" if not finished else "stream without tokens"
+        return _failed(req, reason=reason, detail=f"after {time.perf_counter() - sent:.1f} s wall")
     out_tokens = int(usage.get("completion_tokens") or 0)
     details = usage.get("prompt_tokens_details") or {}
     return Outcome(

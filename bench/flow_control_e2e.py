@@ -7,7 +7,9 @@ The pods are slowed `--time-scale` times so one 2-core machine can drive them th
 every time is reported in the model's time (wall / scale), and the flow-control config's
 `defaultRequestTTL` is multiplied by the scale so a request may wait as long, in model time, as in
 the cluster simulation. The gateway's own clocks (scrape interval, dispatch tick) are not scaled:
-they are finer, in model time, than in a real deployment, for both configs alike.
+they are finer, in model time, than in a real deployment, for both configs alike. So is the
+client's cut-off (`--cutoff`, model seconds after the last arrival); each request that is not ok
+is recorded with why (`not_ok`: status, the gateway's code and dropped reason, or the client's).
 
     .venv/bin/python -m bench.flow_control_e2e --load 1.5 --duration 10 --time-scale 20
 """
@@ -19,12 +21,13 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from bench.e2e import TARGETS, E2EDriver
+from bench.e2e import TARGETS, E2EDriver, failure_split
 from bench.flow_control import CAPACITY, CRITICAL_SHARE, ROOT, steady_state, workload
 from scheduler.duration import parse_duration
 from simulator import make_pod_configs
@@ -56,6 +59,16 @@ def _target(config: Path, proxy_port: int):
     return make
 
 
+# The client's cut-off, in model time: a request may wait the TTL (2 s) and then stream 256 tokens
+# at a full pod's ~28 ms ITL (7.5 model s measured, docs/BENCHMARKS.md); the driver's 60 s wall
+# was 3 model s at x20 and counted ~380 streams still running as failed.
+CUTOFF_S = 30.0
+
+
+def _kind(o: Any) -> str:
+    return "critical" if o.priority > 0 else "sheddable"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--load", type=float, default=1.5, help="fraction of the pool's capacity")
@@ -66,7 +79,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=18530, help="the gateway's port")
     ap.add_argument("--proxy-port", type=int, default=18531, help="Ray Serve's proxy port")
     ap.add_argument("--only", default="", help="run only configs whose label contains this")
+    ap.add_argument(
+        "--cutoff", type=float, default=CUTOFF_S,
+        help="model seconds after the last arrival before open requests count as failed (x time-scale in wall)",
+    )  # fmt: skip
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--outcomes", type=Path, default=None, help="every request's outcome, a JSON line each")
     args = ap.parse_args(argv)
     labelled = workload(args.load * CAPACITY, args.duration, args.seed, args.critical_share)
     print(f"load average at start: {os.getloadavg()}; {len(labelled.requests)} requests", flush=True)
@@ -79,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
             TARGETS[name] = _target(scaled(path, args.time_scale, Path(td)), args.proxy_port)
             driver = E2EDriver()
             driver.time_scale, driver.max_requests, driver.port = args.time_scale, len(labelled.requests), args.port
+            driver.timeout_s = args.cutoff * args.time_scale
             result = driver.run(name, make_pod_configs(8), labelled.requests, args.seed)
             statuses: dict[str, int] = {}
             for o in result.outcomes:
@@ -88,12 +107,21 @@ def main(argv: list[str] | None = None) -> None:
                 "load": args.load,
                 **steady_state(result.outcomes, labelled),
                 "statuses": statuses,
+                # what the sheds and failures were, critical vs sheddable: a TTL 429, an upstream
+                # 5xx, a cut stream and the client's cut-off are different findings
+                "not_ok": failure_split(result.outcomes, key=_kind),
                 "wall_s": result.metrics.get("wall_s"),
                 "errors": result.extra.get("errors"),
                 "load_average": os.getloadavg(),
             }
             rows.append(row)
+            if args.outcomes is not None:
+                with args.outcomes.open("a") as f:
+                    for o in result.outcomes:
+                        f.write(json.dumps({"config": label, "kind": labelled.kind[o.request_id], **asdict(o)}) + "\n")
             print(json.dumps(row), flush=True)
+            for why, entry in row["not_ok"].items():
+                print(f"  {entry['n']:5d}  {why}  {entry['by']}  e.g. {entry['example']}", flush=True)
     print(f"load average at end: {os.getloadavg()}")
     if args.json is not None:
         args.json.write_text(json.dumps({"time_scale": args.time_scale, "rows": rows}, indent=2))

@@ -29,6 +29,11 @@ class Outcome:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
+    # Why a request is not ok, so a run can split its failures: a short key to count by (e.g.
+    # "http 503 ServiceUnavailable", "stream cut: ClientPayloadError", "unfinished at cut-off
+    # (streaming)") and the answer's own words (the gateway's message, how long it took).
+    reason: str = ""
+    detail: str = ""
 
     @property
     def finish(self) -> float:

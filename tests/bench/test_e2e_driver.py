@@ -1,16 +1,19 @@
 """The end-to-end driver: a tiny shared-prefix workload through sglang-router (round_robin) to two
 simulated pods in their own process; the records are what bench/metrics.py reads."""
 
+import asyncio
 import math
 import subprocess
 import sys
 
 import pytest
+from aiohttp import web
 
 from bench.cli import main
-from bench.e2e import TARGETS, E2EDriver, _wait_ready
-from bench.metrics import OK
+from bench.e2e import TARGETS, E2EDriver, _replay, _wait_ready, failure_split
+from bench.metrics import ERROR, OK, SHED
 from bench.scenarios import SCENARIOS
+from tests.bench import helpers
 
 
 def test_e2e_driver_through_sglang_round_robin() -> None:
@@ -52,3 +55,68 @@ def test_a_target_that_exits_is_reported_not_waited_for() -> None:
 def test_cli_rejects_an_unknown_e2e_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["shared-prefix", "--driver", "e2e", "--policies", "round-robin"]) == 2
     assert "unknown e2e target 'round-robin'" in capsys.readouterr().err
+
+
+async def _answer(request: web.Request) -> web.StreamResponse:
+    """A stand-in gateway on 127.0.0.1: each prompt names the way its answer goes."""
+    how = (await request.json())["prompt"]
+    if how in ("ttl", "503"):
+        status, code = (429, "ResourceExhausted") if how == "ttl" else (503, "ServiceUnavailable")
+        headers = {"x-llm-d-request-dropped-reason": "rejected-ttl-expired"} if how == "ttl" else {}
+        body = {"error": {"message": f"said {how}", "type": "x", "param": None, "code": code}}
+        return web.json_response(body, status=status, headers=headers)
+    if how == "queued":
+        await asyncio.sleep(30)
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(b'data: {"choices": [{"text": "a"}]}\n\n')
+    if how == "cut":
+        assert request.transport is not None
+        request.transport.close()
+        return resp
+    if how == "error-event":
+        await resp.write(b'data: {"error": {"message": "upstream failed", "code": "ServiceUnavailable"}}\n\n')
+    if how == "streaming":
+        await asyncio.sleep(30)
+    await resp.write(b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}\n\n')
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+def test_e2e_replay_says_why_each_request_failed() -> None:
+    """ "N failed" is split: the gateway's status, code and dropped reason, a stream cut or ended
+    with an error event, and what was still queued or streaming at the cut-off."""
+    hows = ["ok", "ttl", "503", "cut", "error-event", "queued", "streaming"]
+    workload = [helpers.req(f"r{i}", how, priority=1 if i % 2 else -1) for i, how in enumerate(hows)]
+
+    async def run() -> list:
+        app = web.Application()
+        app.router.add_post("/v1/completions", _answer)
+        runner = web.AppRunner(app, shutdown_timeout=0.2)  # the sleeping handlers are not waited for
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            outcomes, _ = await _replay([f"http://127.0.0.1:{port}"], workload, 1.0, 1.0, 0)
+        finally:
+            await runner.cleanup()
+        return outcomes
+
+    outcomes = asyncio.run(run())
+    why = {o.request_id: (o.status, o.reason) for o in outcomes}
+    assert why == {
+        "r0": (OK, ""),
+        "r1": (SHED, "http 429 ResourceExhausted rejected-ttl-expired"),
+        "r2": (ERROR, "http 503 ServiceUnavailable"),
+        "r3": (ERROR, "stream cut: ClientPayloadError"),
+        "r4": (ERROR, "stream error event ServiceUnavailable"),
+        "r5": (ERROR, "unfinished at cut-off (no answer yet)"),
+        "r6": (ERROR, "unfinished at cut-off (streaming)"),
+    }
+    assert "said 503" in outcomes[2].detail
+    split = failure_split(outcomes, key=lambda o: "critical" if o.priority > 0 else "sheddable")
+    assert split["shed: http 429 ResourceExhausted rejected-ttl-expired"] == {
+        "n": 1, "example": outcomes[1].detail, "by": {"critical": 1},
+    }  # fmt: skip
+    assert sum(e["n"] for e in split.values()) == 6
