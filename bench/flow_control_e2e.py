@@ -32,9 +32,14 @@ from bench.flow_control import CAPACITY, CRITICAL_SHARE, ROOT, steady_state, wor
 from scheduler.duration import parse_duration
 from simulator import make_pod_configs
 
-CONFIGS = {
-    "shed-only (configs/priority.yaml)": ROOT / "configs/priority.yaml",
-    "flow control, round-robin (bench/configs/flow-control.yaml)": ROOT / "bench/configs/flow-control.yaml",
+FLOW = ROOT / "bench/configs/flow-control.yaml"
+# label -> (config, gateway settings or None). The third: the queue dispatching one request at a time
+# until scheduled (`flow_dispatch_window: 1`), the bound used before the profile actors told their
+# ledgers each decision at once; the second runs the default window, one per endpoint.
+CONFIGS: dict[str, tuple[Path, dict[str, Any] | None]] = {
+    "shed-only (configs/priority.yaml)": (ROOT / "configs/priority.yaml", None),
+    "flow control, round-robin (bench/configs/flow-control.yaml)": (FLOW, None),
+    "flow control, round-robin, dispatch window 1": (FLOW, {"flow_dispatch_window": 1}),
 }
 
 
@@ -50,10 +55,12 @@ def scaled(path: Path, scale: float, tmp: Path) -> Path:
     return out
 
 
-def _target(config: Path, proxy_port: int):
+def _target(config: Path, proxy_port: int, settings: Path | None = None):
     def make(workers: list[str], pods_json: Path, port: int) -> tuple[list[str], str, str]:
         cmd = [sys.executable, "-m", "serve_app.cli", "up", "--pods", str(pods_json), "--port", str(port)]
         cmd += ["--proxy-port", str(proxy_port), "--config", str(config)]
+        if settings is not None:
+            cmd += ["--settings", str(settings)]
         return cmd, f"http://127.0.0.1:{port}/ready", f"http://127.0.0.1:{port}"
 
     return make
@@ -90,11 +97,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"load average at start: {os.getloadavg()}; {len(labelled.requests)} requests", flush=True)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="epp-fc-e2e-") as td:
-        for label, path in CONFIGS.items():
+        for i, (label, (path, settings)) in enumerate(CONFIGS.items()):
             if args.only and args.only not in label:
                 continue
-            name = f"fc-e2e:{path.name}"
-            TARGETS[name] = _target(scaled(path, args.time_scale, Path(td)), args.proxy_port)
+            name = f"fc-e2e:{i}:{path.name}"
+            settings_path = None
+            if settings is not None:
+                settings_path = Path(td) / f"settings-{i}.yaml"
+                settings_path.write_text(yaml.safe_dump(settings))
+            TARGETS[name] = _target(scaled(path, args.time_scale, Path(td)), args.proxy_port, settings_path)
             driver = E2EDriver()
             driver.time_scale, driver.max_requests, driver.port = args.time_scale, len(labelled.requests), args.port
             driver.timeout_s = args.cutoff * args.time_scale
