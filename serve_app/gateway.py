@@ -107,7 +107,9 @@ class GatewayCore:
         self.admin = AdminApi(s.admin_token, datastore)
         self.recorder = MetricsRecorder()
         # With the flowControl gate on, requests wait in this replica's queue instead of a 429.
-        fc = build_flow_controller(cfg, built.plugins, self.detectors, window=s.flow_dispatch_window)
+        fc = build_flow_controller(
+            cfg, built.plugins, self.detectors, window=s.flow_dispatch_window, narrow_at=s.flow_dispatch_narrow_at
+        )
         self.flow = (
             None
             if fc is None

@@ -15,10 +15,10 @@ pkg/epp/flowcontrol/controller and registry; semantics re-built, not translated)
   (llm-d's default `static-usage-limit-policy`): dispatch while no detector says saturated. A
   request dispatched but not yet scheduled is invisible to a ledger detector (its PreRequest
   comes with the decision), so at most `window` of them may be outstanding: the gate cannot let
-  a burst through before the detectors see it. One per endpoint by default; a caller whose
-  scorers learn decisions asynchronously passes 1 (the gateway: a dispatch's PreRequest reaches
-  the profile actors ahead of the next one's scheduling call, so a burst does not herd onto the
-  endpoint they all saw as the emptiest).
+  a burst through before the detectors see it. One per endpoint by default; from saturation
+  `narrow_at` on, one (the gateway: near saturation a pass of unseen dispatches overfills the
+  pods, and a critical request then waits behind their prefills; far from it, the wider window
+  keeps a pass-through queue from serialising every request on its scheduling round trip).
 * **TTL**: a request queued longer than `defaultRequestTTL` (while the pool has endpoints) or
   `noEndpointRequestTTL` (while it has none; a change of regime starts a fresh budget) is
   evicted: EvictedTTL or EvictedNoEndpoints. 0 disables the bound.
@@ -87,7 +87,8 @@ class FlowController:
     """One queue (per gateway replica, or per simulated router). `policy(name)` resolves an
     ordering or fairness policy by plugin name; `usage_limit` gates bands by saturation (None:
     every ceiling 1.0); `clock` is seconds (monotonic or virtual); `window` bounds dispatched
-    requests not yet settled (None: one per endpoint)."""
+    requests not yet settled (None: one per endpoint), and from pool saturation `narrow_at` on
+    only one may be (1.0: never narrowed)."""
 
     def __init__(
         self,
@@ -97,9 +98,11 @@ class FlowController:
         clock: Callable[[], float] = time.monotonic,
         usage_limit: UsageLimitPolicy | None = None,
         window: int | None = None,
+        narrow_at: float = 1.0,
     ) -> None:
         self.spec = spec
         self.window = window
+        self.narrow_at = narrow_at
         self.detectors = list(detectors)
         self.usage_limit = usage_limit
         self._policy = policy
@@ -185,10 +188,13 @@ class FlowController:
         Returns how many requests were dispatched."""
         now = self.clock()
         self._expire(endpoints, now)
-        window = self.window or max(1, len(endpoints))
+        wide = self.window or max(1, len(endpoints))
         dispatched = 0
-        while self.size and len(self._unsettled) < window:
-            item = self._next_item(pool_saturation(self.detectors, endpoints))
+        while self.size and len(self._unsettled) < wide:
+            saturation = pool_saturation(self.detectors, endpoints)
+            if saturation >= self.narrow_at and self._unsettled:
+                break  # near saturation: one unseen dispatch at a time
+            item = self._next_item(saturation)
             if item is None:
                 break
             self._unsettled.add(item)
@@ -276,6 +282,7 @@ def build_flow_controller(
     detectors: Iterable[SaturationDetector],
     clock: Callable[[], float] = time.monotonic,
     window: int | None = None,
+    narrow_at: float = 1.0,
 ) -> FlowController | None:
     """The config's flow controller when the `flowControl` gate is on, else None (shed-only
     admission, as before). `plugins` are the built instances (the policies among them)."""
@@ -294,4 +301,4 @@ def build_flow_controller(
         usage_limit = plugins.get(DEFAULT_USAGE_LIMIT_POLICY)
     if usage_limit is not None and not isinstance(usage_limit, UsageLimitPolicy):
         raise TypeError(f"flowControl.usageLimitPolicyPluginRef: {usage_limit.name!r} is not a usage-limit policy")
-    return FlowController(spec, detectors, policy, clock, usage_limit, window)
+    return FlowController(spec, detectors, policy, clock, usage_limit, window, narrow_at)

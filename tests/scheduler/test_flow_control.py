@@ -275,6 +275,43 @@ def test_dispatch_window_holds_until_the_dispatched_are_settled():
     assert fc.pump(EPS) == 1
 
 
+class Level(SaturationDetector):
+    """A detector whose saturation the test sets (0.0 idle, 1.0 saturated)."""
+
+    type_name = "test-level"
+
+    def setup(self, handle) -> None:
+        self.level = 0.0
+
+    def is_pool_saturated(self, endpoints):
+        return self.level >= 1.0
+
+    def saturation(self, endpoints):
+        return self.level
+
+
+def test_dispatch_window_narrows_to_one_near_saturation():
+    level, out = Level(), []
+    fc = FlowController(FlowControlSpec(), [level], POLICIES.__getitem__, Clock(), window=4, narrow_at=0.5)
+    for i in range(12):
+        fc.enqueue(item(f"r{i}", out))
+    assert fc.pump(EPS) == 4  # far from the line: the whole window
+    level.level = 0.6
+    for dispatched in out[:4]:
+        fc.settled(dispatched)
+    assert fc.pump(EPS) == 1  # near it: one unseen dispatch at a time
+    assert fc.pump(EPS) == 0
+    fc.settled(out[4])
+    assert fc.pump(EPS) == 1
+    level.level = 0.2  # back off the line: wide again (one still unsettled)
+    assert fc.pump(EPS) == 3
+    never = FlowController(FlowControlSpec(), [level], POLICIES.__getitem__, Clock(), window=4)  # narrow_at 1.0
+    level.level = 0.9
+    for i in range(6):
+        never.enqueue(item(f"n{i}", []))
+    assert never.pump(EPS) == 4
+
+
 def test_queued_by_flow_reports_requests_and_bytes():
     fc, _gate, _clock, out = controller()
     fc.enqueue(item("a", out, 0, "x", 5))
