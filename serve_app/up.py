@@ -81,6 +81,9 @@ def run_up(args: argparse.Namespace) -> int:
     except (LaunchError, ValueError) as err:  # pydantic's ValidationError is a ValueError
         print(f"epp up: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C while starting: `start` has stopped what it had started
+        print("epp up: interrupted while starting; everything it had started is stopped", file=sys.stderr)
+        return 130
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
