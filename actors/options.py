@@ -136,6 +136,9 @@ class ActorOptions(BaseModel):
     direct_channel: bool = True
     # Profile actors push their plugin timings to the metrics hub (for /metrics).
     push_plugin_metrics: bool = True
+    # Profile actors tell their in-flight ledgers each decision as they make it, before the
+    # gateway's PreRequest (actors/tentative_decisions.py). Off: the ledgers learn PreRequests only.
+    tentative_decisions: bool = True
     # Draining (actors/pod_state.py): a removed pod leaves once it reports no running or waiting
     # request at least drain_settle_s after the drain began, or at drain_timeout_s (the default is
     # the gateway's upstream_timeout_s: the longest a request through the gateway can last).

@@ -197,7 +197,8 @@ class ProfileActor:
                     outcome = self._run_one(item, 0, item.endpoints)
                 else:
                     outcome = self._run_one(item, version, endpoints)
-                self._tentative.tell(item.request, outcome.result)
+                if self._options.tentative_decisions:
+                    self._tentative.tell(item.request, outcome.result)
                 out.append(outcome)
                 self._calls += 1
             else:
