@@ -32,10 +32,14 @@ class ActorBatcher:
         self._notify_delay_s = notify_delay_s
         self._pending: list[tuple[Any, asyncio.Future | None]] = []
         self._in_flight = 0
+        # Batches launched as tasks that have not reached `send` yet. An idle call may go out from
+        # its own coroutine only when none is left, else it would overtake them (an event that was
+        # leaving alone, applied after the call decided without it).
+        self._unsent = 0
         self._flush_scheduled = False
 
     async def call(self, item: Any) -> Any:
-        if self._in_flight < self._max_in_flight and not self._pending:
+        if self._in_flight < self._max_in_flight and not self._pending and not self._unsent:
             # Idle: send from this coroutine, without a task and a future in between.
             self._in_flight += 1
             try:
@@ -63,9 +67,11 @@ class ActorBatcher:
         while self._pending and self._in_flight < self._max_in_flight:
             batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
             self._in_flight += 1
+            self._unsent += 1
             asyncio.get_running_loop().create_task(self._run(batch))
 
     async def _run(self, batch: list[tuple[Any, asyncio.Future | None]]) -> None:
+        self._unsent -= 1  # `send` is reached in this same step: tasks start in launch order
         try:
             await self._send_batch(batch)
         finally:

@@ -59,6 +59,28 @@ async def test_lone_notifications_leave_after_the_delay():
     assert actor.batches == [["decision"]]
 
 
+async def test_a_call_never_overtakes_notifications_already_leaving():
+    """The lone notifications' timer fires in the same loop turn as the answer a request was
+    waiting for (e.g. its first profile round's): they leave as a task that has not sent yet when
+    the request's next call arrives at an idle batcher. The call must not go out first, or the
+    actor decides it without the events sent before it."""
+    actor = FakeActor()
+    batcher = ActorBatcher(actor.send, notify_delay_s=0.0)
+    loop = asyncio.get_running_loop()
+    answer = loop.create_future()
+
+    async def next_round() -> int:
+        await answer
+        return await batcher.call(2)
+
+    request = asyncio.ensure_future(next_round())
+    await asyncio.sleep(0)  # the request waits for its answer
+    loop.call_later(0, answer.set_result, None)  # wakes the request ...
+    batcher.notify("decision-1")  # ... in the turn the notification's timer fires
+    assert await request == 20
+    assert actor.batches == [["decision-1"], [2]]
+
+
 async def test_a_failed_batch_fails_its_calls_only():
     """An actor-level failure (split_on says no): the batch fails, the next call goes through."""
     actor = FakeActor(delay=0.01, fail_on="poison")

@@ -60,9 +60,7 @@ async def _drive(cfg: dict, actors: dict) -> tuple[list, list]:
 def runs(ray_session):
     ray = ray_session
     out = {}
-    # Tentative decisions off: with them on, the two runs diverged at some request in about one
-    # run of three (cause not found; docs/DESIGN.md, "One actor round trip per request").
-    options = ActorOptions(push_plugin_metrics=False, tentative_decisions=False)
+    options = ActorOptions(push_plugin_metrics=False)  # tentative decisions on, as by default
     for parallel in (False, True):
         cfg = pd_config(parallel)
         actors = start_router_profile_actors(cfg, namespace=RAY_TEST_NAMESPACE, options=options)
