@@ -1,7 +1,6 @@
 """The prefix-cache scorer end to end through `Scheduler.from_config` with GIE's default config
 (configs/gie-default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3), and
-Ray EPP's default (configs/default.yaml: the same plus prefill-eta-scorer 4 and
-prefix-home-balance-scorer 2)."""
+Ray EPP's default (configs/default.yaml: the same plus prefill-backlog-scorer 4)."""
 
 from pathlib import Path
 
@@ -47,13 +46,12 @@ def test_gie_default_config_is_gies_default():
     }
 
 
-def test_ray_epp_default_is_gies_plus_the_fading_ledger_and_the_home_balance():
+def test_ray_epp_default_is_gies_plus_the_prefill_backlog():
     assert weights_in(CONFIGS / "default.yaml") == {
         "queue-scorer": 2,
         "kv-cache-utilization-scorer": 2,
         "prefix-cache-scorer": 3,
-        "prefill-eta-scorer": 4,
-        "prefix-home-balance-scorer": 2,
+        "prefill-backlog-scorer": 4,
         "max-score-picker": None,
     }
 
