@@ -41,7 +41,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_bench(args: argparse.Namespace) -> int:
     from bench.drivers import ClusterSimDriver
-    from bench.e2e import check_target
+    from bench.e2e import target
     from bench.policies import known_policies, make_policy
     from bench.report import write_report
     from bench.runner import RateSpec, run_sweep
@@ -64,7 +64,7 @@ def run_bench(args: argparse.Namespace) -> int:
     try:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
         for p in policies or []:
-            check_target(p) if args.driver == "e2e" else make_policy(p)  # fail before any run
+            target(p) if args.driver == "e2e" else make_policy(p)  # fail before any run
         rates = [RateSpec.parse(r) for r in args.rates.split(",")] if args.rates else None
     except ValueError as err:
         print(str(err), file=sys.stderr)
@@ -106,13 +106,13 @@ def _e2e_setup(scenario: Any, policies: list[str] | None, args: argparse.Namespa
     simulation on the same pods: the same model time as the simulated servers) and the targets that
     are installed."""
     from bench.drivers import ClusterSimDriver
-    from bench.e2e import DEFAULT_TARGETS, TARGETS, E2EDriver
+    from bench.e2e import DEFAULT_TARGETS, E2EDriver, target
 
     pods = scenario.pods()[: args.pods]
     scenario = dataclasses.replace(scenario, pods=lambda: list(pods))
     run = []
     for p in policies or DEFAULT_TARGETS:
-        make = TARGETS[p]
+        make = target(p)
         if make is not None and make(["http://127.0.0.1:1"], Path("pods.json"), 1) is None:
             print(f"{p}: not installed, skipped (pip install -e .[peers])", file=sys.stderr)
             continue

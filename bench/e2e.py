@@ -40,6 +40,7 @@ import aiohttp
 from bench.drivers import RunResult
 from bench.gateway_overhead import ROOT, _bin, _process, _wait_http
 from bench.metrics import ERROR, OK, SHED, Outcome, summarize
+from bench.policies import config_path, is_ours
 from simulator import PodConfig, SimRequest
 
 PRIORITY_HEADER = "x-gateway-inference-priority"
@@ -103,9 +104,14 @@ class TargetUnavailable(RuntimeError):
     """The target's binary is not installed."""
 
 
-def check_target(name: str) -> None:
-    if name not in TARGETS:
-        raise ValueError(f"unknown e2e target {name!r}; known: {', '.join(TARGETS)}")
+def target(name: str) -> TargetFn | None:
+    """The named target; any other of our configs (`epp-<x>`, `epp:<path>`, as the cluster
+    simulation names them) is the gateway with that config."""
+    if name in TARGETS:
+        return TARGETS[name]
+    if is_ours(name) and config_path(name).is_file():
+        return _gateway(str(config_path(name)))
+    raise ValueError(f"unknown e2e target {name!r}; known: {', '.join(TARGETS)}, or epp-<config> / epp:<path>")
 
 
 @contextlib.contextmanager
@@ -160,13 +166,12 @@ class E2EDriver:
     port: int = 0  # the router's port; 0 = a free one per run
 
     def run(self, policy: str, pods: list[PodConfig], workload: list[SimRequest], seed: int) -> RunResult:
-        check_target(policy)
+        make = target(policy)
         workload = sorted(workload, key=lambda r: r.arrival_time)[: self.max_requests]
         with tempfile.TemporaryDirectory(prefix="epp-e2e-") as td:
             tmp = Path(td)
             with sim_pods(pods, self.time_scale, seed, tmp) as listed:
                 workers = [f"http://{p['address']}:{p['port']}" for p in listed]
-                make = TARGETS[policy]
                 if make is None:
                     return self._measure(workers, workers, workload)
                 spec = make(workers, tmp / "pods.json", self.port or _free_port())

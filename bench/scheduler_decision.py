@@ -1,7 +1,7 @@
 """How long one scheduling decision takes: `Scheduler.schedule` with Ray EPP's default config
 (configs/default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3,
-prefill-backlog-scorer 4) or any other (`--config`, e.g. configs/gie-default.yaml) for 8 KB prompts,
-at several pool sizes.
+prefill-eta-scorer 4, prefix-home-balance-scorer 2) or any other (`--config`, e.g.
+configs/gie-default.yaml) for 8 KB prompts, at several pool sizes.
 
     .venv/bin/python -m bench.scheduler_decision [--endpoints 8,64,512] [--decisions 3000] [--config F]
 
@@ -104,11 +104,17 @@ class Workload:
             yield LLMRequest(request_id=f"r{self.count}", target_model=MODEL, body=body)
 
 
+# scorers that read the prefix scorer's match data and so cannot run without it
+NEEDS_PREFIX_DATA = {"prefix-cache-scorer", "prefix-home-balance-scorer", "no-hit-lru-scorer"}
+
+
 def without_prefix_scorer(config: EndpointPickerConfig) -> EndpointPickerConfig:
+    """The baseline: the config without prefix-cache-scorer and the scorers that need its data."""
     data = dump_config(config)
-    data["plugins"] = [p for p in data["plugins"] if p["type"] != "prefix-cache-scorer"]
+    dropped = {p.get("name") or p["type"] for p in data["plugins"] if p["type"] in NEEDS_PREFIX_DATA}
+    data["plugins"] = [p for p in data["plugins"] if p["type"] not in NEEDS_PREFIX_DATA]
     for profile in data["schedulingProfiles"]:
-        profile["plugins"] = [r for r in profile["plugins"] if r["pluginRef"] != "prefix-cache-scorer"]
+        profile["plugins"] = [r for r in profile["plugins"] if r["pluginRef"] not in dropped]
     return load_config(data)
 
 

@@ -134,12 +134,16 @@ EPP_VARIANTS: dict[str, dict[str, Any]] = {
     # its predicted TTFT, so a first token inferred late (the routing-stats period) does not hold it
     # at full weight.
     "epp-eta": {},
+    # The default before prefill-eta-scorer and prefix-home-balance-scorer (epp_config).
+    "epp-previous": {},
 }
 
 
 def epp_config(workload: str, router: str = "epp") -> str:
     if router == "epp-eta":
         return "bench/configs/lora-eta.yaml" if workload == "multi-lora" else "bench/configs/default-eta.yaml"
+    if router == "epp-previous":
+        return "configs/lora.yaml" if workload == "multi-lora" else "bench/configs/default-previous.yaml"
     return "configs/lora.yaml" if workload == "multi-lora" else "configs/default.yaml"
 
 
@@ -671,7 +675,7 @@ async def run_all(args: argparse.Namespace, shape: Shape, routers: list[str]) ->
     # Only now: a deleted deployment's router still talks to its profile actors for a while, and
     # stopping them under it stalled the next runs' routing (first run of 05:27 UTC, docs/BENCHMARKS.md).
     workloads = [w for w in args.workloads.split(",") if w] + ["shared-prefix"]
-    for config in {epp_config(w, r) for w in workloads for r in ("epp", "epp-eta")}:
+    for config in {epp_config(w, r) for w in workloads for r in ("epp", "epp-eta", "epp-previous")}:
         await asyncio.to_thread(stop_epp_actors, config)
     return results, overhead
 

@@ -120,3 +120,20 @@ def test_e2e_replay_says_why_each_request_failed() -> None:
         "n": 1, "example": outcomes[1].detail, "by": {"critical": 1},
     }  # fmt: skip
     assert sum(e["n"] for e in split.values()) == 6
+
+
+def test_any_of_our_configs_is_a_gateway_target(tmp_path) -> None:
+    """`epp-<config>` and `epp:<path>` name the gateway with that config, as in the cluster simulation."""
+    from bench.e2e import target
+
+    previous = target("epp-default-previous")
+    assert previous is not None
+    cmd, ready, _ = previous(["http://127.0.0.1:1"], tmp_path / "pods.json", 9)
+    assert cmd[cmd.index("--config") + 1].endswith("bench/configs/default-previous.yaml")
+    assert ready == "http://127.0.0.1:9/ready"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n")
+    cmd, _, _ = target(f"epp:{mine}")(["http://127.0.0.1:1"], tmp_path / "pods.json", 9)  # type: ignore[misc]
+    assert cmd[cmd.index("--config") + 1] == str(mine)
+    with pytest.raises(ValueError, match="unknown e2e target"):
+        target("epp-no-such-config")

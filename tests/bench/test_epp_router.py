@@ -85,7 +85,7 @@ def test_first_tokens_reach_the_prefill_ledger():
             home = pod
         assert pod == home
         r.on_first_token(request, pod, i + 0.5)
-    assert r.scheduler.plugins["prefill-backlog-scorer"].backlog() == {}
+    assert r.scheduler.plugins["prefill-eta-scorer"].backlog() == {}
 
 
 def test_pd_config_answers_prefill_and_decode_pods():

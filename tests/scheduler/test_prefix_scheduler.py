@@ -1,6 +1,7 @@
 """The prefix-cache scorer end to end through `Scheduler.from_config` with GIE's default config
 (configs/gie-default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3), and
-Ray EPP's default (configs/default.yaml: the same plus prefill-backlog-scorer 4)."""
+Ray EPP's default (configs/default.yaml: the same plus prefill-eta-scorer 4 and
+prefix-home-balance-scorer 2)."""
 
 from pathlib import Path
 
@@ -46,12 +47,13 @@ def test_gie_default_config_is_gies_default():
     }
 
 
-def test_ray_epp_default_is_gies_plus_the_prefill_backlog():
+def test_ray_epp_default_is_gies_plus_the_fading_ledger_and_the_home_balance():
     assert weights_in(CONFIGS / "default.yaml") == {
         "queue-scorer": 2,
         "kv-cache-utilization-scorer": 2,
         "prefix-cache-scorer": 3,
-        "prefill-backlog-scorer": 4,
+        "prefill-eta-scorer": 4,
+        "prefix-home-balance-scorer": 2,
         "max-score-picker": None,
     }
 

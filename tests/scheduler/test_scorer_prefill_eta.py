@@ -206,11 +206,16 @@ def test_the_default_eta_config_loads_and_schedules_with_it():
 
 
 @pytest.mark.parametrize(
-    ("experiment", "shipped"), [("default-eta.yaml", "default.yaml"), ("lora-eta.yaml", "lora.yaml")]
+    ("experiment", "shipped"),
+    [
+        ("default-eta.yaml", "../bench/configs/default-previous.yaml"),
+        ("lora-eta.yaml", "lora.yaml"),
+    ],
 )
 def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(experiment, shipped):
-    """bench/configs/*-eta.yaml measure one change only: the same plugins, parameters and weights,
-    prefill-eta-scorer in place of prefill-backlog-scorer."""
+    """bench/configs/*-eta.yaml measure one change only: the same plugins, parameters and weights as
+    the config they vary (the previous default, configs/lora.yaml), prefill-eta-scorer in place of
+    prefill-backlog-scorer."""
     swap = {"prefill-backlog-scorer": "prefill-eta-scorer"}
 
     def body(path):
@@ -220,3 +225,24 @@ def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(ex
         return plugins, [(swap.get(r.plugin_ref, r.plugin_ref), r.weight) for r in profile.plugins]
 
     assert body(CONFIGS.parent / "bench" / "configs" / experiment) == body(CONFIGS / shipped)
+
+
+def test_the_default_is_the_previous_one_with_the_fading_ledger_and_the_home_balance():
+    """configs/default.yaml = bench/configs/default-previous.yaml with prefill-eta-scorer in place of
+    prefill-backlog-scorer (same weight) and prefix-home-balance-scorer x2 added: nothing else moved."""
+
+    def body(path):
+        cfg = load_config_file(path)
+        (profile,) = cfg.scheduling_profiles
+        plugins = sorted((p.type, repr(p.parameters)) for p in cfg.plugins)
+        return plugins, sorted((r.plugin_ref, r.weight or 0) for r in profile.plugins)
+
+    plugins, weights = body(CONFIGS.parent / "bench" / "configs" / "default-previous.yaml")
+    swap = {"prefill-backlog-scorer": "prefill-eta-scorer"}
+    plugins = [(swap.get(t, t), params) for t, params in plugins]
+    weights = [(swap.get(ref, ref), w) for ref, w in weights]
+    want = (
+        sorted([*plugins, ("prefix-home-balance-scorer", repr(None))]),
+        sorted([*weights, ("prefix-home-balance-scorer", 2)]),
+    )
+    assert body(CONFIGS / "default.yaml") == want

@@ -168,7 +168,8 @@ def test_debug_header_returns_trace_and_pick_endpoint(client):
         "queue-scorer",
         "kv-cache-utilization-scorer",
         "prefix-cache-scorer",
-        "prefill-backlog-scorer",
+        "prefill-eta-scorer",
+        "prefix-home-balance-scorer",
     }
     assert prof["picked"] == trace["profiles"]["default"]
     pick = client.post("/v1/pick", json={"model": MODEL, "prompt": "where would you go"})
@@ -178,10 +179,11 @@ def test_debug_header_returns_trace_and_pick_endpoint(client):
 
 
 def backlog_scores(client) -> dict[str, float]:
-    """The prefill-backlog scorer's scores for a fresh prompt, from the decision trace of /v1/pick."""
+    """The default's in-flight ledger (prefill-eta-scorer): its scores for a fresh prompt, from the
+    decision trace of /v1/pick."""
     pick = client.post("/v1/pick", json={"model": MODEL, "prompt": "fresh"}, headers=DEBUG)
     scorers = pick.json()["trace"]["profiles"]["default"]["scorers"]
-    return next(s["scores"] for s in scorers if s["type"] == "prefill-backlog-scorer")
+    return next(s["scores"] for s in scorers if s["type"] == "prefill-eta-scorer")
 
 
 def test_the_first_streamed_token_releases_the_prefill_backlog(client, sim):

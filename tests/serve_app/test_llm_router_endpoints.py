@@ -78,7 +78,7 @@ def test_a_decision_is_in_the_ledger_before_serve_reports_it_and_leaves_it_at_it
             r.routing_stats = engine_routing_stats(waiting=0, running=0, block_size=16, num_blocks=1024)
         epp.update_replicas(reps)  # type: ignore[arg-type]
         backlog = next(p for p in epp.mirror.followers["default"].profile.plugins()
-                       if p.type_name == "prefill-backlog-scorer").backlog  # fmt: skip
+                       if p.type_name == "prefill-eta-scorer").backlog  # fmt: skip
         meta = RequestMetadata(request_id="q0", internal_request_id="q0")
         pending = PendingRequest(args=[{"model": "m", "prompt": "hello " * 400}], kwargs={}, metadata=meta)
         ranked = await epp.choose_replicas(reps, pending)  # type: ignore[arg-type]

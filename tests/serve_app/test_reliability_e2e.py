@@ -339,13 +339,30 @@ def test_running_requests_gauge_follows_streams(client):
 # ---- misbehaving pods (run last: they leave the fake pod counted busy for a while) ------------------
 
 
+def prefix_homed_on(client: httpx.Client, fake: FakePod, tag: str) -> str:
+    """A long prompt the router has sent to the fake pod while it still relays, so the prefix index
+    holds it there and a request sharing it prefers the fake pod: the pod holding your prefix is
+    the one that misbehaves. (A cold prompt need not go there: the default spreads new prefixes to
+    the pod whose index entries are fewest.)"""
+    fake.mode = "relay"
+    for i in range(60):
+        prompt = f"[{tag} {i}] " + " ".join(f"w{tag}{i}x{j}" for j in range(400))
+        body = {"model": MODEL, "max_tokens": 1, "prompt": prompt}
+        resp = client.post("/v1/completions", json=body)
+        assert resp.status_code == 200, resp.text[:300]
+        if resp.headers["x-gateway-destination-endpoint"].endswith(f":{fake.port}"):
+            return prompt
+    raise AssertionError("no cold prompt went to the fake pod in 60 tries")
+
+
 def test_zz_a_hung_pod_is_left_after_the_first_byte_timeout(client, fake):
     """A pod that takes requests and never answers: a stream goes elsewhere after
     first_byte_timeout_s (1 s here) instead of waiting upstream_timeout_s (600 s)."""
+    prefix = prefix_homed_on(client, fake, "hung")
     fake.mode = "hang"
     before = fake.posts
     for i in range(20):
-        body = {"model": MODEL, "stream": True, "max_tokens": 2, "prompt": f"hung {i}"}
+        body = {"model": MODEL, "stream": True, "max_tokens": 2, "prompt": f"{prefix} hung {i}"}
         started = time.monotonic()
         with client.stream("POST", "/v1/completions", json=body, timeout=8) as resp:
             assert resp.status_code == 200
@@ -358,9 +375,10 @@ def test_zz_a_hung_pod_is_left_after_the_first_byte_timeout(client, fake):
 
 
 def test_zz_a_stream_that_falls_silent_ends_with_an_error_event(client, fake):
+    prefix = prefix_homed_on(client, fake, "stall")
     fake.mode = "stall"
     for i in range(20):
-        body = {"model": MODEL, "stream": True, "max_tokens": 2, "prompt": f"stall {i}"}
+        body = {"model": MODEL, "stream": True, "max_tokens": 2, "prompt": f"{prefix} stall {i}"}
         started = time.monotonic()
         with client.stream("POST", "/v1/completions", json=body, timeout=8) as resp:
             lines = [line for line in resp.iter_lines() if line]

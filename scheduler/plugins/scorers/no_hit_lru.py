@@ -42,6 +42,30 @@ class NoHitLRUParameters(Parameters):
     prefix_match_info_producer_name: str = Field(default="", alias="prefixMatchInfoProducerName")
 
 
+def find_prefix_producer(
+    handle: PluginHandle,
+    producer_name: str = "",
+    prefix_plugin_name: str = "prefix-cache-scorer",
+    prefix_plugin_type: str = "prefix-cache-scorer",
+) -> ApproxPrefixCacheProducer:
+    """The prefix-cache match data a scorer of cold requests reads: the producer called
+    `producer_name`; else that of the prefix-cache-scorer called `prefix_plugin_name`; else the
+    plugin called `approx-prefix-cache-producer`; a config with none is a load-time error."""
+    names = handle.plugin_names()
+    if producer_name:
+        return handle.plugin_of_type(producer_name, ApproxPrefixCacheProducer, "prefixMatchInfoProducerName")
+    if prefix_plugin_name in names:
+        if prefix_plugin_type != PrefixCacheScorer.type_name:
+            raise ValueError(f"prefixPluginType {prefix_plugin_type!r}: only prefix-cache-scorer is read here")
+        return handle.plugin_of_type(prefix_plugin_name, PrefixCacheScorer, "prefixPluginName").producer
+    if ApproxPrefixCacheProducer.type_name in names:
+        return handle.plugin(ApproxPrefixCacheProducer.type_name)  # type: ignore[return-value]
+    raise ValueError(
+        "needs prefix-cache match data: add a prefix-cache-scorer or an approx-prefix-cache-producer "
+        "(or name one with prefixMatchInfoProducerName / prefixPluginName)"
+    )
+
+
 @register
 class NoHitLRUScorer(Scorer, PreRequest):
     type_name = "no-hit-lru-scorer"
@@ -53,23 +77,8 @@ class NoHitLRUScorer(Scorer, PreRequest):
         self.lru_size = p.lru_size if p.lru_size > 0 else 1024
         self.lru: OrderedDict[str, None] = OrderedDict()  # endpoint names, least recently used first
         self._cold: OrderedDict[str, bool] = OrderedDict()  # request id -> cold, until its PreRequest
-        self.producer = self._find_producer(handle)
-
-    def _find_producer(self, handle: PluginHandle) -> ApproxPrefixCacheProducer:
-        p = self.params
-        names = handle.plugin_names()
-        if p.prefix_match_info_producer_name:
-            name = p.prefix_match_info_producer_name
-            return handle.plugin_of_type(name, ApproxPrefixCacheProducer, "prefixMatchInfoProducerName")
-        if p.prefix_plugin_name in names:
-            if p.prefix_plugin_type != PrefixCacheScorer.type_name:
-                raise ValueError(f"prefixPluginType {p.prefix_plugin_type!r}: only prefix-cache-scorer is read here")
-            return handle.plugin_of_type(p.prefix_plugin_name, PrefixCacheScorer, "prefixPluginName").producer
-        if ApproxPrefixCacheProducer.type_name in names:
-            return handle.plugin(ApproxPrefixCacheProducer.type_name)  # type: ignore[return-value]
-        raise ValueError(
-            "needs prefix-cache match data: add a prefix-cache-scorer or an approx-prefix-cache-producer "
-            "(or name one with prefixMatchInfoProducerName / prefixPluginName)"
+        self.producer = find_prefix_producer(
+            handle, p.prefix_match_info_producer_name, p.prefix_plugin_name, p.prefix_plugin_type
         )
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:

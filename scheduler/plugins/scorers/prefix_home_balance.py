@@ -1,0 +1,59 @@
+"""`prefix-home-balance-scorer` (Ray EPP): send a request whose prompt no endpoint holds ("cold": no
+matched prefix block on any candidate) to the endpoint whose cache, by the router's prefix index,
+holds the least, so the homes of prefix groups spread evenly over the pool.
+
+Why: a cold request's endpoint becomes its prefix's home. Every later request of that group follows
+the prefix there (`prefix-cache-scorer`), so one cold decision sets where a share of the traffic goes
+for as long as the group lives. The load scorers judge the next few milliseconds: when a group's
+first request arrives, an endpoint that is already home to one group more than another may look as
+idle, and with ledgers that fade as prompts near their first token (`prefill-eta-scorer`) a home
+rarely shows a backlog, so its group never spills and the endpoint with a group too many is the
+pool's slowest tenth (docs/BENCHMARKS.md, "Predicted latency and SLO-aware routing"). SGLang's
+cache-aware router settles the same choice by the smallest per-worker radix tree.
+
+The signal is the number of blocks the index holds per endpoint (what this router sent there and
+has not aged out of the endpoint's LRU, sized to its KV cache). A new group's first prompt is mostly
+its shared prefix, so while groups are born an endpoint's block count follows the prefixes it is home
+to. Cold: the endpoint holding the fewest blocks scores 1, the most 0 (min-max); all equal (an empty
+index, or every endpoint's LRU full) score 1. Warm (some candidate holds part of the prompt): every
+endpoint scores 1, leaving the choice to prefix affinity and load. Nothing is kept per request; the
+index is the prefix-cache producer's, found as `no-hit-lru-scorer` finds it, and learns each
+decision there."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from scheduler.cycle_state import CycleState
+from scheduler.interfaces import Parameters, PluginHandle, Scorer, ScorerCategory
+from scheduler.plugins.scorers.no_hit_lru import find_prefix_producer
+from scheduler.registry import register
+from scheduler.types import Endpoint, LLMRequest
+
+
+class PrefixHomeBalanceParameters(Parameters):
+    prefix_plugin_name: str = Field(default="prefix-cache-scorer", alias="prefixPluginName")
+    prefix_match_info_producer_name: str = Field(default="", alias="prefixMatchInfoProducerName")
+
+
+@register
+class PrefixHomeBalanceScorer(Scorer):
+    type_name = "prefix-home-balance-scorer"
+    category = ScorerCategory.DISTRIBUTION
+    Parameters = PrefixHomeBalanceParameters
+
+    def setup(self, handle: PluginHandle) -> None:
+        p = self.params
+        self.producer = find_prefix_producer(handle, p.prefix_match_info_producer_name, p.prefix_plugin_name)
+
+    def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
+        infos = self.producer.produce(cycle_state, request, endpoints)
+        if any(info.match_blocks > 0 for info in infos.values()):
+            return dict.fromkeys(endpoints, 1.0)
+        size = self.producer.index.server_size
+        held = [size(ep.name) for ep in endpoints]
+        low, high = (min(held), max(held)) if held else (0, 0)
+        if high == low:
+            return dict.fromkeys(endpoints, 1.0)
+        span = high - low
+        return {ep: (high - blocks) / span for ep, blocks in zip(endpoints, held, strict=True)}
