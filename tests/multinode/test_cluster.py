@@ -35,20 +35,72 @@ DATASTORE = "mn-datastore"
 
 
 def node_ports(i: int) -> dict:
-    """Fixed ports for node i, so that nodes of this machine never meet another checkout's."""
+    """Fixed ports for node slot i, so that nodes of this machine never meet another checkout's."""
     base = GATEWAY_TEST_PORT + 400 + 20 * i
     ports = dict(zip(AGENT_PORTS, range(base, base + 4), strict=True))
     ports.update(node_manager_port=base + 4, object_manager_port=base + 5, min_worker_port=base + 6)
     return {"node_ip_address": "127.0.0.1", "max_worker_port": base + 19, **ports}
 
 
-def add_node(c, session_dir: str, i: int, **args):
-    """`c.add_node` with fixed ports and a node id chosen here, its agent port files written first
-    (tests/agent_ports.py)."""
+def add_node(c, session_dir: str, i: int, slot: int | None = None, **args):
+    """`c.add_node` with fixed ports (of `slot`, default i) and a node id chosen here, its agent
+    port files written first (tests/agent_ports.py)."""
     node_id = ray.NodeID.from_random().hex()
-    ports = node_ports(i)
+    ports = node_ports(i if slot is None else slot)
     write_agent_port_files(session_dir, node_id, ports)
-    return c.add_node(env_vars={"RAY_OVERRIDE_NODE_ID_FOR_TESTING": node_id}, **ports, **args)
+    try:
+        return c.add_node(env_vars={"RAY_OVERRIDE_NODE_ID_FOR_TESTING": node_id}, **ports, **args)
+    except Exception as e:
+        left = kill_node_processes(node_id)
+        raise NodeStartError(f"node {i} ({node_id[:8]}) did not register within Ray's 30 s: {e}; {left}") from e
+
+
+class NodeStartError(RuntimeError):
+    pass
+
+
+WORKER_ATTEMPTS = 3
+
+
+def add_worker_node(c, session_dir: str, i: int, **args):
+    """A worker node, started again (new node id, the next free port slot) when its raylet does
+    not register in time. Ray gives a raylet a fixed 30 s (ray/_private/node.py); once a CI run's
+    worker raylet wrote no log at all and the module's four tests errored, so one bad start must
+    not fail the module."""
+    errors = []
+    for attempt in range(WORKER_ATTEMPTS):
+        try:
+            return add_node(c, session_dir, i, slot=i + 3 * attempt, **args)
+        except NodeStartError as e:
+            errors.append(str(e))
+            print(f"multinode: {e}; starting it again", flush=True)
+    raise NodeStartError(" | ".join(errors))
+
+
+def kill_node_processes(node_id: str) -> str:
+    """Kill what a failed node start left running (its raylet and the agents it spawned carry the
+    node id in their command line or environment), so it can never join later as a ghost node.
+    Returns what was found, for the error message."""
+    import contextlib
+    import signal
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if node_id.encode() in cmd or node_id.encode() in env:
+            name = os.path.basename(cmd.split(b"\0", 1)[0].decode(errors="replace"))
+            found.append(f"{name}[{pid}]")
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
+    return f"killed what it left running: {', '.join(found)}" if found else "none of its processes was running"
 
 
 def actor_node(handle) -> str:
@@ -127,8 +179,8 @@ def cluster():
             session_name=session,
         )
         w1 = {"epp/host": "w1", "epp/profiles": "yes"}
-        nodes["w1"] = add_node(c, session_dir, 1, num_cpus=4, labels=w1)
-        nodes["w2"] = add_node(c, session_dir, 2, num_cpus=4, labels={"epp/host": "w2", "gpu": "l4"})
+        nodes["w1"] = add_worker_node(c, session_dir, 1, num_cpus=4, labels=w1)
+        nodes["w2"] = add_worker_node(c, session_dir, 2, num_cpus=4, labels={"epp/host": "w2", "gpu": "l4"})
         ray.init(address=c.address, namespace="ray-epp-multinode", log_to_driver=False)
         for name in ("w1", "w2"):
             wait_for(lambda n=name: placed_on(nodes[n].node_id), 90, f"the head's scheduler to see {name}")
