@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 import socket
 import subprocess
 import sys
@@ -178,13 +179,13 @@ class E2EDriver:
                 if spec is None:
                     raise TargetUnavailable(f"{policy}: its binary is not installed (pip install -e .[peers])")
                 cmd, ready, base = spec
-                log = tmp / f"{policy}.log"
+                log = tmp / (re.sub(r"[^\w.-]+", "_", policy) + ".log")  # epp:<path> has slashes
                 with _process(cmd, None, log) as proc:
                     try:
                         _wait_ready(proc, ready, self.start_timeout_s)
                     except RuntimeError as err:  # reported as a run where every request failed
                         outcomes = [_failed(r) for r in workload]
-                        tail = log.read_text()[-1500:]
+                        tail = log.read_text()[-4000:]  # a config error lists every known plugin type
                         return RunResult(outcomes, summarize(outcomes), {"errors": {"start": f"{err}; log: {tail}"}})
                     return self._measure([base], workers, workload)
 

@@ -137,3 +137,19 @@ def test_any_of_our_configs_is_a_gateway_target(tmp_path) -> None:
     assert cmd[cmd.index("--config") + 1] == str(mine)
     with pytest.raises(ValueError, match="unknown e2e target"):
         target("epp-no-such-config")
+
+
+def test_a_config_path_target_that_fails_to_start_is_reported_with_its_log(tmp_path) -> None:
+    """`epp:<path>` (slashes in the name) through the driver: the gateway refuses the config and
+    exits; the run is every request failed, with the gateway's own words."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+        "plugins:\n- type: no-such-plugin\n"
+    )
+    scenario = SCENARIOS["uniform"]
+    workload = scenario.workload(5.0, 0, 3)
+    driver = E2EDriver(time_scale=0.5, max_requests=3, timeout_s=30, warmup=0)
+    run = driver.run(f"epp:{bad}", scenario.pods()[:1], workload, 0)
+    assert [o.status for o in run.outcomes] == [ERROR] * 3
+    assert "no-such-plugin" in run.extra["errors"]["start"]
