@@ -228,8 +228,9 @@ def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(ex
 
 
 def test_the_default_is_the_previous_one_with_the_fading_ledger_and_the_home_balance():
-    """configs/default.yaml = bench/configs/default-previous.yaml with prefill-eta-scorer in place of
-    prefill-backlog-scorer (same weight) and prefix-home-balance-scorer x2 added: nothing else moved."""
+    """configs/default.yaml = bench/configs/default-previous.yaml with prefill-eta-scorer (floored at
+    minWeight 0.25) in place of prefill-backlog-scorer (same weight) and prefix-home-balance-scorer x2
+    added: nothing else moved."""
 
     def body(path):
         cfg = load_config_file(path)
@@ -239,7 +240,7 @@ def test_the_default_is_the_previous_one_with_the_fading_ledger_and_the_home_bal
 
     plugins, weights = body(CONFIGS.parent / "bench" / "configs" / "default-previous.yaml")
     swap = {"prefill-backlog-scorer": "prefill-eta-scorer"}
-    plugins = [(swap.get(t, t), params) for t, params in plugins]
+    plugins = [(swap[t], repr({"minWeight": 0.25})) if t in swap else (t, params) for t, params in plugins]
     weights = [(swap.get(ref, ref), w) for ref, w in weights]
     want = (
         sorted([*plugins, ("prefix-home-balance-scorer", repr(None))]),
