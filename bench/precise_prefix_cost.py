@@ -1,7 +1,8 @@
 """What precise prefix routing costs per request, against the approximate index at the same prompt
 lengths: the lookup (block keys + the index walk, with a pod holding the whole prompt among 16
 pods; the precise keys from the tokens alone, and with the shared prefix's keys kept on the token
-cache's run, as the token producer hands them over), and the token producer's added latency, cold
+cache's run, as the token producer hands them over; and a prompt no pod holds, where the precise
+walk stops after one block), and the token producer's added latency, cold
 (a new prefix) and hot (a cached prefix, a new rest), for a local tokenizer.json and for vLLM's
 /tokenize over HTTP on 127.0.0.1 (a real server with the same tokenizer). Tokens per character
 follow the bench tokenizer (a small BPE: more tokens per character than a real model's, so token
@@ -57,19 +58,30 @@ def lookup_costs(length: int, tok: LocalTokenizer, reps: int, block: int) -> dic
     cache = PrefixTokenCache()
     prompts = [f"{text} question {i}?" for i in range(reps)]
     runs = [cache.run(p, tok.encode, tok.encode_offsets) for p in prompts]  # tokenizing is timed apart
+    fresh = [(p, tok.encode(p, True)) for p in (text_of(length, rng) for _ in range(min(reps, 50)))]
     max_blocks = 131072 // block
     a, whole, kept = [], [], []
     for prompt, run in zip(prompts, runs, strict=True):
         t0 = time.perf_counter()
         approx.match(hash_prompt(prompt, "m", block, max_blocks))
         t1 = time.perf_counter()
-        precise.match(precise.keys(run.ids, max_blocks))
+        precise.lookup(run.ids, max_blocks)
         t2 = time.perf_counter()
-        precise.match(precise.keys(run.ids, max_blocks, run))
+        precise.lookup(run.ids, max_blocks, run)
         t3 = time.perf_counter()
         a.append(t1 - t0)
         whole.append(t2 - t1)
         kept.append(t3 - t2)
+    a_new, p_new = [], []  # prompts no pod holds (unique traffic): the precise walk stops at block 1
+    for _ in range(max(1, reps // len(fresh))):
+        for prompt, ids in fresh:
+            t0 = time.perf_counter()
+            approx.match(hash_prompt(prompt, "m", block, max_blocks))
+            t1 = time.perf_counter()
+            precise.lookup(ids, max_blocks)
+            t2 = time.perf_counter()
+            a_new.append(t1 - t0)
+            p_new.append(t2 - t1)
     base = statistics.median(a)
     return {
         "tokens": str(len(runs[0].ids)),
@@ -78,6 +90,9 @@ def lookup_costs(length: int, tok: LocalTokenizer, reps: int, block: int) -> dic
         "ratio": f"{statistics.median(whole) / base:.2f}",
         "kept": us(kept),
         "kept_ratio": f"{statistics.median(kept) / base:.2f}",
+        "new_approx": us(a_new),
+        "new_precise": us(p_new),
+        "new_ratio": f"{statistics.median(p_new) / statistics.median(a_new):.3f}",
     }
 
 
@@ -112,14 +127,15 @@ def main() -> None:
         tok = LocalTokenizer(path)
         print(
             "lookup, µs p50, 16 pods    block  precise tokens  approx (hash text + walk)  precise (keys + walk)  ratio"
-            "  precise, kept keys  ratio"
+            "  precise, kept keys  ratio  held by none: approx  precise  ratio"
         )
         for block in (16, 64):
             for n in lengths:
                 r = lookup_costs(n, tok, args.reps, block)
                 print(
                     f"  ~{n * 4:>6} chars  {block:>10}  {r['tokens']:>14}  {r['approx']:>25}  {r['precise']:>21}  "
-                    f"{r['ratio']:>5}  {r['kept']:>18}  {r['kept_ratio']:>5}"
+                    f"{r['ratio']:>5}  {r['kept']:>18}  {r['kept_ratio']:>5}  {r['new_approx']:>20}  "
+                    f"{r['new_precise']:>7}  {r['new_ratio']:>5}"
                 )
         with TokenizeServer(path) as server:
             http = VLLMHttpTokenizer(server.url, "m", 5.0, 30.0)

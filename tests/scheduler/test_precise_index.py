@@ -42,6 +42,37 @@ def test_partial_last_block_is_not_a_key_and_max_blocks_caps():
     assert index.keys(PROMPT[:3]) == []
 
 
+def test_keys_agree_whatever_sequence_holds_the_tokens():
+    """A list (converted with fromlist), a tuple, a trailing partial block, a max_blocks cut and
+    an id past 32 bits (folded) give the keys the plain constructor's bytes would."""
+    index = PreciseIndex(BS)
+    whole = index.keys(PROMPT)
+    assert index.keys(tuple(PROMPT)) == whole
+    assert index.keys([*PROMPT, 7, 8, 9]) == whole
+    assert index.keys([*PROMPT, 7, 8, 9, 10, 11], max_blocks=4) == whole
+    assert index.keys(PROMPT, max_blocks=3) == whole[:3]
+    big = [2**40 + 5, *PROMPT[1:]]
+    assert index.keys(big) == index.keys(tuple(big)) != whole
+
+
+@pytest.mark.parametrize(
+    ("held", "prompt", "counts"),
+    [
+        ([], PROMPT, {}),  # nobody holds anything
+        (PROMPT[:8], PROMPT, {"a": 2}),  # a held prefix
+        (PROMPT[:8], [1, 2, 3, 4, *PROMPT[4:]], {}),  # its first block held by nobody: not hashed further
+        (PROMPT, PROMPT[:3], {}),  # shorter than a block
+    ],
+)
+def test_lookup_is_match_of_keys_with_the_block_count(held, prompt, counts):
+    index = PreciseIndex(BS)
+    if held:
+        index.apply("a", [stored(range(1, len(held) // BS + 1), None, held)])
+    assert index.lookup(prompt) == (counts, len(prompt) // BS)
+    assert index.lookup(prompt) == (index.match(index.keys(prompt)), len(index.keys(prompt)))
+    assert index.lookup(prompt, max_blocks=1) == ({"a": 1} if counts else {}, min(1, len(prompt) // BS))
+
+
 def test_removed_block_cuts_the_prefix_and_cleared_empties_the_pod():
     index = PreciseIndex(BS)
     index.apply_batches("a", [KVEventBatch(1.0, [stored([11, 12, 13], None, PROMPT[:12])])])
@@ -141,4 +172,3 @@ def test_keys_kept_on_token_runs_equal_keys_from_the_tokens():
             assert index.keys(hot.ids, 0, hot)[: len(kept)] == kept
     other = PreciseIndex(4)
     assert other.keys([5, 6, 7, 8, 9], 0, first) == other.keys([5, 6, 7, 8, 9])  # not its run: ignored
-

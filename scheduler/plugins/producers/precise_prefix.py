@@ -202,9 +202,8 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         tokens = self.token_source.tokens(request) if self.token_source is not None else memo_tokens(request)
         if tokens is None:
             return infos
-        keys = index.keys(tokens, self.max_precise_blocks, memo_token_run(request))
-        counts = index.match(keys) if keys else {}
-        total, size = len(keys), index.block_size
+        counts, total = index.lookup(tokens, self.max_precise_blocks, memo_token_run(request))
+        size = index.block_size
         for ep in live:
             infos[ep.name] = PrefixCacheMatchInfo(counts.get(ep.name, 0), total, size)
         scored["precise"] += len(live)
