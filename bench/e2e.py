@@ -45,7 +45,7 @@ from bench.policies import config_path, is_ours
 from simulator import PodConfig, SimRequest
 
 PRIORITY_HEADER = "x-gateway-inference-priority"
-KEEPALIVE_S = 2.0  # the client's idle connections, well under uvicorn's timeout_keep_alive (5 s)
+KEEPALIVE_S = 2.0  # the client's idle connections, well under the gateway's keep_alive_timeout_s (65 s)
 DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason"  # flow control's refusals carry it
 
 # name -> (worker URLs, pods JSON path, port) -> (command, readiness URL, base URL); None when absent

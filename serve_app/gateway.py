@@ -395,7 +395,11 @@ class Gateway:
         self._ingress: SharedPortServer | None = None
         if ingress is not None:
             self._ingress = SharedPortServer(
-                app, ingress["host"], int(ingress["port"]), lambda: serve.get_replica_context().servable_object is self
+                app,
+                ingress["host"],
+                int(ingress["port"]),
+                lambda: serve.get_replica_context().servable_object is self,
+                self.core.settings.keep_alive_timeout_s,
             )
             await self._ingress.start()
 

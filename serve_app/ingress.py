@@ -110,7 +110,7 @@ class _Server:
     """uvicorn's Server without its signal handlers: the replica's process owns its signals."""
 
     @staticmethod
-    def make(app: Any, host: str, port: int) -> Any:
+    def make(app: Any, host: str, port: int, keep_alive_s: float) -> Any:
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -122,7 +122,14 @@ class _Server:
                 pass
 
         config = uvicorn.Config(
-            app, host=host, port=port, lifespan="off", access_log=False, log_config=None, timeout_graceful_shutdown=5
+            app,
+            host=host,
+            port=port,
+            lifespan="off",
+            access_log=False,
+            log_config=None,
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=keep_alive_s,
         )
         return Server(config)
 
@@ -131,8 +138,9 @@ class SharedPortServer:
     """One replica's HTTP server on the shared port. Requests that arrive before `ready()` (Serve
     sets the replica context a moment after the constructor returns) wait for it."""
 
-    def __init__(self, app: Any, host: str, port: int, ready: Callable[[], bool]) -> None:
+    def __init__(self, app: Any, host: str, port: int, ready: Callable[[], bool], keep_alive_s: float) -> None:
         self._app = app
+        self._keep_alive_s = keep_alive_s
         self._ready = ready
         self._is_ready = False
         self.host, self.port = host, port
@@ -149,7 +157,7 @@ class SharedPortServer:
     async def start(self) -> None:
         """Bind, listen, and return once the socket is in the port's group."""
         sock = reuseport_socket(self.host, self.port)
-        self._server = _Server.make(self, self.host, self.port)
+        self._server = _Server.make(self, self.host, self.port, self._keep_alive_s)
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STARTUP_TIMEOUT_S

@@ -55,6 +55,12 @@ class GatewaySettings(BaseModel):
     first_byte_timeout_s: float = Field(default=30.0, gt=0)
     # A stream silent for this long between chunks is ended with an error event.
     stream_idle_timeout_s: float = Field(default=60.0, gt=0)
+    # How long the gateway's HTTP server keeps an idle client connection open. It must outlast
+    # every client's own pool (httpx and the OpenAI SDK: 5 s, aiohttp: 15 s): with uvicorn's 5 s
+    # default a client could send on a connection the server was closing at that moment and see
+    # it drop before any answer (aiohttp ServerDisconnectedError, httpx RemoteProtocolError).
+    # 65 s, as load balancers do (AWS ALB 60 s, nginx 75 s).
+    keep_alive_timeout_s: float = Field(default=65.0, gt=0)
     # With the flowControl gate: requests dispatched from the queue and not yet scheduled, at most
     # (a ledger detector sees a request only once it is scheduled, so this bounds what one dispatch
     # pass lets through unseen). None: one per endpoint. The profile actors tell their ledgers each

@@ -160,7 +160,7 @@ PODS_DOCUMENTS = st.one_of(
 SETTINGS_KEYS = [
     "objectives", "max_body_bytes", "max_json_depth", "max_header_bytes", "body_read_timeout_s",
     "max_in_flight", "priority_range", "api_key", "reject_unknown_models", "max_retries",
-    "upstream_timeout_s", "connect_timeout_s", "first_byte_timeout_s", "stream_idle_timeout_s",
+    "upstream_timeout_s", "connect_timeout_s", "first_byte_timeout_s", "stream_idle_timeout_s", "keep_alive_timeout_s",
     "saturation_queue_depth", "saturation_kv_cache", "metrics_staleness_s", "debug_header",
     "debug_token", "debug_trace", "pick_api", "pd_mode", "pd_prefill_retries", "pd_prefill_failure", "bogus",
 ]
