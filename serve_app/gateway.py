@@ -373,6 +373,13 @@ class GatewayCore:
 app.include_router(admin_router(lambda: serve.get_replica_context().servable_object.core.admin))
 
 
+def deployment_owner() -> str:
+    """The shared port's owner name for this replica: its Ray cluster and Serve deployment, so its
+    siblings and successors join its port group and any other gateway is refused."""
+    context, cluster = serve.get_replica_context(), ray.get_runtime_context().gcs_address
+    return f"ray cluster {cluster}, Serve deployment {context.app_name}/{context.deployment}"
+
+
 # Serve's drain counts only requests that came through Serve, polled every wait loop (2 s by
 # default, and it sleeps one before the first look); the shared port's own requests are drained by
 # the destructor (SharedPortServer.stop). A short loop takes ~2 s off every stop and downscale.
@@ -400,6 +407,7 @@ class Gateway:
                 int(ingress["port"]),
                 lambda: serve.get_replica_context().servable_object is self,
                 self.core.settings.keep_alive_timeout_s,
+                deployment_owner(),
             )
             await self._ingress.start()
 

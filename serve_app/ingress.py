@@ -5,15 +5,29 @@ runs uvicorn on it with the gateway's FastAPI app. The kernel spreads new connec
 sockets of the group; a dead replica's socket leaves the group, so new connections go to the
 survivors at once, and the replica Serve starts in its place joins again. SO_REUSEADDR lets a
 restarted gateway bind while the last run's connections still sit in TIME_WAIT, so it keeps its
-port. Serve's own direct ingress (one port per replica, bound without SO_REUSEADDR) has neither."""
+port. Serve's own direct ingress (one port per replica, bound without SO_REUSEADDR) has neither.
+
+SO_REUSEPORT lets any socket of the same user join the group, so the group has an owner: a second
+gateway on the same port (another `epp up` started before the first one's replicas listened, so
+both passed the launcher's free-port check; a benchmark on the same default port) would otherwise
+join it, the kernel splitting clients between two unrelated deployments, and its stop resetting
+the connections queued on its socket. A replica binds and listens only while holding an exclusive
+lock on a per-port file naming the owning deployment (`owned_port`): it may join when nothing
+listens yet (and records its deployment) or when the file names its own deployment (a sibling, a
+replica restarted in its place, a redeploy of the same application). The file is per machine,
+the scope of a port: one deployment's replicas on several Ray nodes of one machine share it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import errno
+import fcntl
+import os
 import socket
-from collections.abc import Callable, Generator
+import tempfile
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -73,8 +87,9 @@ def port_holders(port: int) -> list[str]:
                 continue
             try:
                 proc = psutil.Process(conn.pid)
-                cmd = " ".join(proc.cmdline())[:100]
-                out.append(f"pid {conn.pid} ({proc.name()}: {cmd})")
+                cmd = " ".join(" ".join(proc.cmdline()).split())[:100]  # Ray pads its titles with spaces
+                name = proc.name()
+                out.append(f"pid {conn.pid} ({cmd if cmd.startswith(name) else f'{name}: {cmd}'})")
             except psutil.Error:
                 out.append(f"pid {conn.pid}")
     return sorted(set(out))
@@ -92,9 +107,15 @@ def time_wait_connections(port: int) -> int:
 
 
 def check_port_free(host: str, port: int) -> None:
-    """Raise PortInUse when something listens on host:port. Binds with SO_REUSEADDR but not
-    SO_REUSEPORT, so a TIME_WAIT connection does not count and any listener (even a gateway replica
-    of another run, which would otherwise share the port with ours) does."""
+    """Raise PortInUse when something listens on host:port, even a gateway replica of another run
+    (which would otherwise share the port with ours)."""
+    if someone_listens(host, port):
+        raise PortInUse(host, port)
+
+
+def someone_listens(host: str, port: int) -> bool:
+    """Whether a socket listens on host:port: a bind with SO_REUSEADDR but not SO_REUSEPORT fails
+    on any listener, and a connection in TIME_WAIT does not count."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -102,8 +123,47 @@ def check_port_free(host: str, port: int) -> None:
             sock.bind((host, port))
         except OSError as err:
             if err.errno == errno.EADDRINUSE:
-                raise PortInUse(host, port) from None
+                return True
             raise
+    return False
+
+
+class PortOwnedElsewhere(PortInUse):
+    """The port's group belongs to another Ray EPP deployment."""
+
+    def __init__(self, host: str, port: int, owner: str) -> None:
+        super().__init__(host, port)
+        self.owner = owner
+        self.strerror = f"{self.strerror}; its gateway port group was claimed by {owner}"
+
+
+def port_owners_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"ray-epp-ports-{os.getuid()}"
+
+
+@contextlib.contextmanager
+def owned_port(host: str, port: int, owner: str) -> Iterator[None]:
+    """Hold the port's lock while the caller binds and listens. Raise PortOwnedElsewhere, or
+    PortInUse for a listener no deployment recorded, when the group is not `owner`'s."""
+    directory = port_owners_dir()
+    directory.mkdir(mode=0o700, exist_ok=True)
+    with open(directory / f"{port}.owner", "a+", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            f.seek(0)
+            recorded = f.read().strip()
+            if recorded != owner:
+                if someone_listens(host, port):
+                    if recorded:
+                        raise PortOwnedElsewhere(host, port, recorded)
+                    raise PortInUse(host, port)
+                f.seek(0)
+                f.truncate()
+                f.write(owner + "\n")
+                f.flush()
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 class _Server:
@@ -135,11 +195,15 @@ class _Server:
 
 
 class SharedPortServer:
-    """One replica's HTTP server on the shared port. Requests that arrive before `ready()` (Serve
-    sets the replica context a moment after the constructor returns) wait for it."""
+    """One replica's HTTP server on the shared port, in the group of `owner` (its deployment's
+    name, the same for all its replicas; see `owned_port`). Requests that arrive before `ready()`
+    (Serve sets the replica context a moment after the constructor returns) wait for it."""
 
-    def __init__(self, app: Any, host: str, port: int, ready: Callable[[], bool], keep_alive_s: float) -> None:
+    def __init__(
+        self, app: Any, host: str, port: int, ready: Callable[[], bool], keep_alive_s: float, owner: str
+    ) -> None:
         self._app = app
+        self.owner = owner
         self._keep_alive_s = keep_alive_s
         self._ready = ready
         self._is_ready = False
@@ -156,8 +220,14 @@ class SharedPortServer:
 
     async def start(self) -> None:
         """Bind, listen, and return once the socket is in the port's group."""
-        sock = reuseport_socket(self.host, self.port)
         self._server = _Server.make(self, self.host, self.port, self._keep_alive_s)
+        with owned_port(self.host, self.port, self.owner):
+            sock = reuseport_socket(self.host, self.port)
+            try:
+                sock.listen(self._server.config.backlog)  # in the group before the lock is let go
+            except OSError:
+                sock.close()
+                raise
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STARTUP_TIMEOUT_S

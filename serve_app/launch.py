@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -197,7 +198,10 @@ class EppDeployment:
             self.hub,
             {"host": spec.host, "port": spec.port},
         )
-        serve.run(gateway, name=spec.app_name, route_prefix="/")
+        try:
+            serve.run(gateway, name=spec.app_name, route_prefix="/")
+        except RuntimeError as err:  # Serve's "Deploying application ... failed": say why
+            raise LaunchError(f"the gateway did not start: {deploy_failure(spec.app_name) or err}") from None
         self.url = wait_for_gateway(spec.host, spec.port, spec.app_name, spec.replicas, timeout_s=120)
 
     def pod_source_errors(self) -> dict[str, str]:
@@ -308,6 +312,22 @@ def _check_ports(spec: LaunchSpec) -> None:
                 time.sleep(0.25)
             except OSError as err:
                 raise LaunchError(f"can not bind the {what} port {spec.host}:{port}: {err.strerror}") from None
+
+
+def deploy_failure(app_name: str) -> str:
+    """What stopped the application's replicas, as Serve recorded it: the last line of the
+    exception a replica's constructor raised (e.g. the port taken), else Serve's message."""
+    from ray import serve
+
+    with contextlib.suppress(Exception):
+        app = serve.status().applications.get(app_name)
+        for deployment in app.deployments.values() if app is not None else ():
+            if deployment.status == "DEPLOY_FAILED" and deployment.message:
+                lines = [line.strip() for line in deployment.message.splitlines() if line.strip()]
+                return re.sub(r"^[A-Za-z_][\w.]*: ", "", lines[-1])  # without the exception's class path
+        if app is not None and app.message:
+            return app.message
+    return ""
 
 
 def wait_for_gateway(host: str, port: int, app_name: str, replicas: int, timeout_s: float) -> str:

@@ -157,6 +157,50 @@ def test_up_on_a_held_port_names_the_process_that_holds_it():
     assert "Traceback" not in proc.stderr
 
 
+def test_two_ups_started_at_once_on_one_port_do_not_share_it(tmp_path):
+    """Two `epp up` on one port at the same moment both pass the free-port check (neither gateway
+    listens yet). The second gateway must not join the first one's SO_REUSEPORT group, where the
+    kernel would split clients between two deployments: it stops with one message naming the
+    owner, and the port is served by the winner's replica alone."""
+    port = GATEWAY_TEST_PORT + 256
+    procs, outs, errs = [], [], []
+    for i in range(2):
+        outs.append(tmp_path / f"out{i}")
+        errs.append(tmp_path / f"err{i}")
+        with outs[i].open("w") as out, errs[i].open("w") as err:
+            cmd = [EPP, "up", "--port", str(port), "--proxy-port", str(port + 1 + i), "--sim-pods", "2"]
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err, text=True, start_new_session=True))
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            up = [i for i in range(2) if "Ray EPP is up" in outs[i].read_text()]
+            gone = [i for i in range(2) if procs[i].poll() is not None]
+            if len(up) == 1 and len(gone) == 1:
+                break
+            assert len(gone) < 2, [e.read_text()[-800:] for e in errs]
+            assert len(up) < 2, "both came up on one port"
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"not one up and one refused: {[e.read_text()[-800:] for e in errs]}")
+        winner, loser = up[0], gone[0]
+        assert winner != loser
+        said = errs[loser].read_text()
+        assert procs[loser].returncode == 2, said
+        assert f"epp up: the gateway did not start: [Errno 98] port {port} on 127.0.0.1 is in use by pid" in said
+        assert "its gateway port group was claimed by ray cluster" in said and "Traceback" not in said
+        run = {p.pid for p in psutil.Process(procs[winner].pid).children(recursive=True)}
+        holders = [
+            c.pid for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        ]
+        assert holders and set(holders) <= run, holders
+        complete(f"http://127.0.0.1:{port}")
+        descendants = ray_processes_of(procs[winner])
+        assert_ctrl_c_stops_everything(procs[winner], descendants)
+    finally:
+        for proc in procs:
+            stop_up(proc)
+
+
 def test_ctrl_c_while_starting_stops_with_one_message():
     """Ctrl-C before "Ray EPP is up" (here: while Ray and Serve start): a clear line and exit 130,
     not a KeyboardInterrupt traceback. Not asserted: that nothing is left behind. Interrupted inside

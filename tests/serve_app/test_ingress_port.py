@@ -1,16 +1,46 @@
 """What `epp up` says when the gateway port is taken: a live listener is named by pid; a port held
 only by TIME_WAIT connections of a listener that did not set SO_REUSEADDR is called that (it used
-to read "by a process this user can not see")."""
+to read "by a process this user can not see"). Who may join the port's SO_REUSEPORT group: the
+replicas of the deployment that claimed it, never another deployment, even one starting at the
+same moment. Idle connections outlast the clients' pools."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
-from serve_app.ingress import PortInUse, check_port_free, reuseport_socket
+from serve_app.ingress import (
+    PortInUse,
+    PortOwnedElsewhere,
+    SharedPortServer,
+    check_port_free,
+    port_owners_dir,
+    reuseport_socket,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def port_listeners(port: int) -> list[int]:
+    return [
+        c.pid
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def time_wait_port() -> int:
@@ -54,6 +84,101 @@ async def _hello(scope, receive, send) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
+def _server(port: int, owner: str) -> SharedPortServer:
+    return SharedPortServer(_hello, "127.0.0.1", port, lambda: True, 5.0, owner)
+
+
+async def _get(port: int) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        return await _exchange(reader, writer)
+    finally:
+        writer.close()
+
+
+def test_the_port_group_takes_its_owners_replicas_and_refuses_another_deployment():
+    """A sibling replica of the owner joins; another deployment is refused with both names and the
+    owner keeps serving alone; once the owner's replicas are gone the other may claim the port."""
+
+    async def run() -> None:
+        port = free_port()
+        first, sibling = _server(port, "cluster A, epp/Gateway"), _server(port, "cluster A, epp/Gateway")
+        await first.start()
+        await sibling.start()
+        assert len(port_listeners(port)) == 2
+        other = _server(port, "cluster B, epp/Gateway")
+        with pytest.raises(PortOwnedElsewhere) as err:
+            await other.start()
+        assert f"port {port} on 127.0.0.1 is in use by pid {os.getpid()}" in str(err.value)
+        assert "claimed by cluster A, epp/Gateway" in str(err.value)
+        assert not other.serving and len(port_listeners(port)) == 2
+        assert (await _get(port)).endswith(b"ok")
+        await first.stop()
+        await sibling.stop()
+        await other.start()  # the stale claim is replaced
+        try:
+            assert other.serving and (await _get(port)).endswith(b"ok")
+        finally:
+            await other.stop()
+
+    asyncio.run(run())
+
+
+def test_a_reuseport_listener_no_deployment_claimed_is_not_joined():
+    """Another program of ours on the port with SO_REUSEPORT (the kernel would let us share it)."""
+
+    async def run() -> None:
+        port = free_port()
+        (port_owners_dir() / f"{port}.owner").unlink(missing_ok=True)  # a claim left by an earlier run
+        holder = reuseport_socket("127.0.0.1", port)
+        holder.listen()
+        try:
+            with pytest.raises(PortInUse, match=f"pid {os.getpid()}"):
+                await _server(port, "cluster A, epp/Gateway").start()
+        finally:
+            holder.close()
+
+    asyncio.run(run())
+
+
+RACER = """
+import asyncio, sys, time
+from serve_app.ingress import PortInUse, SharedPortServer
+async def hello(scope, receive, send):
+    pass
+async def main(port, owner, at):
+    time.sleep(max(0.0, at - time.time()))
+    server = SharedPortServer(hello, "127.0.0.1", port, lambda: True, 5.0, owner)
+    try:
+        await server.start()
+    except PortInUse as err:
+        print("refused", err, flush=True)
+        return
+    print("serving", flush=True)
+    await asyncio.sleep(3)  # until every racer has tried
+    await server.stop()
+asyncio.run(main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3])))
+"""
+
+
+def test_deployments_starting_at_the_same_moment_get_one_owner():
+    """Four gateways of four deployments start on one port at the same instant (as two `epp up`s
+    whose free-port checks both passed): one serves, three are refused, none shares the port."""
+    port, at = free_port(), time.time() + 1.5
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(port), f"deployment {i}", str(at)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    said = [r.communicate(timeout=60)[0].strip() for r in racers]
+    assert sorted(s.split()[0] for s in said) == ["refused", "refused", "refused", "serving"], said
+    assert all("claimed by deployment" in s for s in said if s.startswith("refused")), said
+
+
 async def _exchange(reader, writer) -> bytes:
     """One keep-alive GET on an open connection: the whole answer, or b"" if the server closed."""
     writer.write(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
@@ -67,17 +192,12 @@ def test_an_idle_connection_outlasts_the_clients_pools(keep_alive_s, idle_s, kep
     """A connection idle past httpx's (the OpenAI SDK's) 5 s pool expiry still takes a request:
     the server waits longer than the client, so the client is the one that closes. The short
     keep-alive shows the test sees a server-side close."""
-    import asyncio
-
-    from serve_app.ingress import SharedPortServer
     from serve_app.settings import GatewaySettings
 
     async def run() -> tuple[bytes, bytes]:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         wait = keep_alive_s if keep_alive_s is not None else GatewaySettings().keep_alive_timeout_s
-        server = SharedPortServer(_hello, "127.0.0.1", port, lambda: True, wait)
+        server = SharedPortServer(_hello, "127.0.0.1", port, lambda: True, wait, "test")
         await server.start()
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
