@@ -1,6 +1,7 @@
 """prefix-home-balance-scorer: a table of cold requests over a real prefix index (the endpoint holding
-the fewest blocks wins), warm requests neutral, and in a real scheduler the first requests of new
-prefix groups spread one home per endpoint while each group's next request follows its prefix."""
+the fewest blocks wins; min-max or relative to the most held), warm requests neutral, and in a real
+scheduler the first requests of new prefix groups spread one home per endpoint while each group's
+next request follows its prefix."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from tests.scheduler.helpers import endpoint, fresh_state, request
 EPS = [endpoint("a"), endpoint("b"), endpoint("c")]
 
 
-def scheduler(*, with_balance: bool = True) -> tuple[Scheduler, PrefixHomeBalanceScorer | None]:
+def scheduler(*, with_balance: bool = True, **params: str) -> tuple[Scheduler, PrefixHomeBalanceScorer | None]:
     plugins = [{"type": "approx-prefix-cache-producer"}, {"type": "prefix-cache-scorer"}]
     refs = [{"pluginRef": "prefix-cache-scorer", "weight": 3}]
     if with_balance:
-        plugins.append({"type": "prefix-home-balance-scorer"})
+        plugins.append({"type": "prefix-home-balance-scorer", "parameters": params})
         refs.append({"pluginRef": "prefix-home-balance-scorer", "weight": 2})
     sched = Scheduler.from_config(
         load_config({"plugins": plugins, "schedulingProfiles": [{"name": "default", "plugins": refs}]})
@@ -58,6 +59,41 @@ def test_a_cold_request_prefers_the_endpoint_holding_least(history, want):
         sent(sched, name, group_prompt(group), f"h{i}")
     scores = s.score(fresh_state(), request(prompt=group_prompt(99), request_id="x"), EPS)
     assert [scores[e] for e in EPS] == pytest.approx(want)
+
+
+def holdings(*counts: int) -> list[tuple[str, int]]:
+    """Endpoint i home to counts[i] groups of its own."""
+    out, group = [], 0
+    for name, n in zip("abc", counts, strict=False):
+        for _ in range(n):
+            out.append((name, group))
+            group += 1
+    return out
+
+
+@pytest.mark.parametrize(
+    ("history", "normalize", "want"),
+    [
+        (holdings(2, 1, 0), "min-max", [0.0, 0.5, 1.0]),
+        (holdings(2, 1, 0), "relative", [0.0, 0.5, 1.0]),  # the same while one endpoint holds nothing
+        (holdings(2, 1, 2), "min-max", [0.0, 1.0, 0.0]),
+        (holdings(2, 1, 2), "relative", [0.0, 0.5, 0.0]),  # one group fewer of two: half
+        (holdings(10, 9, 10), "min-max", [0.0, 1.0, 0.0]),  # a gap of 10 % decides outright
+        (holdings(10, 9, 10), "relative", [0.0, 0.1, 0.0]),  # ... or counts 10 %
+        (holdings(1, 1, 1), "relative", [1.0, 1.0, 1.0]),  # all equal: neutral
+    ],
+)
+def test_min_max_or_relative_to_the_most_held(history, normalize, want):
+    sched, s = scheduler(normalize=normalize)
+    for i, (name, group) in enumerate(history):
+        sent(sched, name, group_prompt(group), f"h{i}")
+    scores = s.score(fresh_state(), request(prompt=group_prompt(99), request_id="x"), EPS)
+    assert [scores[e] for e in EPS] == pytest.approx(want)
+
+
+def test_an_unknown_normalization_is_a_config_error():
+    with pytest.raises(ConfigError, match="normalize"):
+        scheduler(normalize="rank")
 
 
 def test_a_warm_request_scores_every_endpoint_alike():

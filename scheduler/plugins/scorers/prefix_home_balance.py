@@ -16,11 +16,16 @@ has not aged out of the endpoint's LRU, sized to its KV cache). A new group's fi
 its shared prefix, so while groups are born an endpoint's block count follows the prefixes it is home
 to. Cold: the endpoint holding the fewest blocks scores 1, the most 0 (min-max); all equal (an empty
 index, or every endpoint's LRU full) score 1. Warm (some candidate holds part of the prompt): every
-endpoint scores 1, leaving the choice to prefix affinity and load. Nothing is kept per request; the
-index is the prefix-cache producer's, found as `no-hit-lru-scorer` finds it, and learns each
-decision there."""
+endpoint scores 1, leaving the choice to prefix affinity and load. `normalize: relative` scores a
+cold request's endpoint 1 - blocks / the most any candidate holds instead: on conversation traffic
+(ShareGPT) nearly every first turn is cold while the pods' holdings differ by 1-5 %, and min-max
+makes that history-sized gap decide every one of them (docs/BENCHMARKS.md, "More seeds"). Nothing
+is kept per request; the index is the prefix-cache producer's, found as `no-hit-lru-scorer` finds
+it, and learns each decision there."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
@@ -34,6 +39,9 @@ from scheduler.types import Endpoint, LLMRequest
 class PrefixHomeBalanceParameters(Parameters):
     prefix_plugin_name: str = Field(default="prefix-cache-scorer", alias="prefixPluginName")
     prefix_match_info_producer_name: str = Field(default="", alias="prefixMatchInfoProducerName")
+    # min-max: the endpoint holding least scores 1, the most 0, however small the gap. relative:
+    # 1 - blocks / the most any candidate holds, so a gap of a few per cent scores a few per cent.
+    normalize: Literal["min-max", "relative"] = "min-max"
 
 
 @register
@@ -56,4 +64,6 @@ class PrefixHomeBalanceScorer(Scorer):
         if high == low:
             return dict.fromkeys(endpoints, 1.0)
         span = high - low
+        if self.params.normalize == "relative":
+            return {ep: (high - blocks) / high for ep, blocks in zip(endpoints, held, strict=True)}
         return {ep: (high - blocks) / span for ep, blocks in zip(endpoints, held, strict=True)}
