@@ -41,7 +41,7 @@ from scheduler import load_config
 from simulator import ClusterSim, SimReport, make_pod_configs
 
 POLICIES = ("epp-default", "epp-precise", "sglang-cache-aware")
-PRECISE = "epp-precise"
+PRECISE = "epp-precise"  # and every policy named epp-precise-...: gets the pods' tokenizer
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -73,9 +73,10 @@ def scenarios() -> dict[str, Scenario]:
     return {**build_scenarios(), "cache-pressure-drift": drift_scenario(), "cache-pressure-shared": shared_scenario()}
 
 
-def precise_router(tokenizer: str, seed: int) -> SchedulerRouter:
-    """bench/configs/precise.yaml with a token-producer on the pods' tokenizer.json."""
-    data = yaml.safe_load(config_path(PRECISE).read_text())
+def precise_router(tokenizer: str, seed: int, policy: str = PRECISE) -> SchedulerRouter:
+    """bench/configs/precise.yaml (or the policy's precise config) with a token-producer on the
+    pods' tokenizer.json."""
+    data = yaml.safe_load(config_path(policy).read_text())
     data["plugins"].insert(0, {"type": "token-producer", "parameters": {"local": {"tokenizerPath": tokenizer}}})
     return SchedulerRouter(load_config(data), seed=seed)
 
@@ -89,15 +90,18 @@ def capacity_of(name: str, given: dict[str, float], seed: int) -> float:
     return float(calibrate(scenarios()[name], seed=seed)["request_rate"])
 
 
-def run(scenario_name: str, rate_x: float, capacity: float, duration: float, seed: int) -> list[dict]:
+def run(
+    scenario_name: str, rate_x: float, capacity: float, duration: float, seed: int, policies: tuple[str, ...] = POLICIES
+) -> list[dict]:
     scenario = scenarios()[scenario_name]
     scenario.duration_s = duration
     rate = rate_x * capacity
     tokenizer = scenario.pods()[0].tokenizer
     rows = []
-    for policy in POLICIES:
+    for policy in policies:
         requests = scenario.run_workload(rate, seed)  # the same seed: the same requests for every policy
-        router = precise_router(tokenizer, seed) if policy == PRECISE and tokenizer else make_policy(policy, seed)
+        precise = policy.startswith(PRECISE) and tokenizer
+        router = precise_router(tokenizer, seed, policy) if precise else make_policy(policy, seed)
         bypassed = any(is_direct(r) for r in requests)
         report = ClusterSim(scenario.pods(), ServiceBypass(router, seed) if bypassed else router, seed=seed).run(
             requests
@@ -146,7 +150,9 @@ def main() -> None:
     ap.add_argument("--capacity", default="")
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--policies", default=",".join(POLICIES), help="epp-precise... policies get the pods' tokenizer")
     args = ap.parse_args()
+    policies = tuple(args.policies.split(","))
     given = {k: float(v) for k, v in (kv.split("=") for kv in args.capacity.split(",") if kv)}
     known = scenarios()
     direct_rows: list[dict] = []
@@ -162,7 +168,7 @@ def main() -> None:
             continue
         capacity = capacity_of(name, given, args.seed)
         print(f"{name}: capacity {capacity:.1f} req/s (round-robin), load average {os.getloadavg()[0]:.2f}", flush=True)
-        for r in run(name, args.rate, capacity, args.duration, args.seed):
+        for r in run(name, args.rate, capacity, args.duration, args.seed, policies):
             if r["direct"] is not None:
                 direct_rows.append(r)
             right = "n/a" if r["predicted_right"] is None else f"{r['predicted_right']:.2f}"

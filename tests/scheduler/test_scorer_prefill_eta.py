@@ -230,7 +230,8 @@ def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(ex
 def test_the_default_is_the_previous_one_with_the_fading_ledger_and_the_home_balance():
     """configs/default.yaml = bench/configs/default-previous.yaml with prefill-eta-scorer (floored at
     minWeight 0.25) in place of prefill-backlog-scorer (same weight) and prefix-home-balance-scorer x2
-    added: nothing else moved."""
+    (relative) added: nothing else moved; bench/configs/default-minmax.yaml differs from it in the
+    home balance's normalization alone."""
 
     def body(path):
         cfg = load_config_file(path)
@@ -243,7 +244,11 @@ def test_the_default_is_the_previous_one_with_the_fading_ledger_and_the_home_bal
     plugins = [(swap[t], repr({"minWeight": 0.25})) if t in swap else (t, params) for t, params in plugins]
     weights = [(swap.get(ref, ref), w) for ref, w in weights]
     want = (
-        sorted([*plugins, ("prefix-home-balance-scorer", repr(None))]),
+        sorted([*plugins, ("prefix-home-balance-scorer", repr({"normalize": "relative"}))]),
         sorted([*weights, ("prefix-home-balance-scorer", 2)]),
     )
     assert body(CONFIGS / "default.yaml") == want
+    minmax_plugins, minmax_weights = body(CONFIGS.parent / "bench" / "configs" / "default-minmax.yaml")
+    relative = ("prefix-home-balance-scorer", repr({"normalize": "relative"}))
+    minmax = ("prefix-home-balance-scorer", repr({"normalize": "min-max"}))
+    assert (sorted(relative if p == minmax else p for p in minmax_plugins), minmax_weights) == want

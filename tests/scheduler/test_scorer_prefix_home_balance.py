@@ -49,7 +49,7 @@ def sent(sched: Scheduler, name: str, prompt: str, request_id: str) -> None:
         ([], [1.0, 1.0, 1.0]),  # an empty index: neutral
         ([("a", 1)], [0.0, 1.0, 1.0]),  # a holds one group: the others first
         ([("a", 1), ("b", 2)], [0.0, 0.0, 1.0]),  # equal holdings tie
-        ([("a", 1), ("a", 2), ("b", 3)], [0.0, 0.5, 1.0]),  # min-max over blocks held
+        ([("a", 1), ("a", 2), ("b", 3)], [0.0, 0.5, 1.0]),  # blocks held, relative to the most
         ([("a", 1), ("b", 2), ("c", 3)], [1.0, 1.0, 1.0]),  # all equal: neutral
     ],
 )

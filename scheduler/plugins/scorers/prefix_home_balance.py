@@ -14,14 +14,14 @@ cache-aware router settles the same choice by the smallest per-worker radix tree
 The signal is the number of blocks the index holds per endpoint (what this router sent there and
 has not aged out of the endpoint's LRU, sized to its KV cache). A new group's first prompt is mostly
 its shared prefix, so while groups are born an endpoint's block count follows the prefixes it is home
-to. Cold: the endpoint holding the fewest blocks scores 1, the most 0 (min-max); all equal (an empty
-index, or every endpoint's LRU full) score 1. Warm (some candidate holds part of the prompt): every
-endpoint scores 1, leaving the choice to prefix affinity and load. `normalize: relative` scores a
-cold request's endpoint 1 - blocks / the most any candidate holds instead: on conversation traffic
-(ShareGPT) nearly every first turn is cold while the pods' holdings differ by 1-5 %, and min-max
-makes that history-sized gap decide every one of them (docs/BENCHMARKS.md, "More seeds"). Nothing
-is kept per request; the index is the prefix-cache producer's, found as `no-hit-lru-scorer` finds
-it, and learns each decision there."""
+to. Cold: each endpoint scores 1 - blocks / the most any candidate holds (the emptiest near 1, the
+fullest 0; all equal, or an empty index, score 1). Warm (some candidate holds part of the prompt):
+every endpoint scores 1, leaving the choice to prefix affinity and load. Relative, not min-max
+(`normalize: min-max`, the first form): on conversation traffic (ShareGPT) nearly every first turn
+is cold while the pods' holdings differ by 1-5 %, and on a pool that clients also use directly most
+prompts are cold; min-max made that history-sized gap decide every one of them (docs/BENCHMARKS.md,
+"More seeds"). Nothing is kept per request; the index is the prefix-cache producer's, found as
+`no-hit-lru-scorer` finds it, and learns each decision there."""
 
 from __future__ import annotations
 
@@ -39,9 +39,10 @@ from scheduler.types import Endpoint, LLMRequest
 class PrefixHomeBalanceParameters(Parameters):
     prefix_plugin_name: str = Field(default="prefix-cache-scorer", alias="prefixPluginName")
     prefix_match_info_producer_name: str = Field(default="", alias="prefixMatchInfoProducerName")
-    # min-max: the endpoint holding least scores 1, the most 0, however small the gap. relative:
-    # 1 - blocks / the most any candidate holds, so a gap of a few per cent scores a few per cent.
-    normalize: Literal["min-max", "relative"] = "min-max"
+    # relative: 1 - blocks / the most any candidate holds, so a gap of a few per cent scores a few
+    # per cent. min-max (the behaviour until 2026-12-04): the endpoint holding least scores 1, the
+    # most 0, however small the gap.
+    normalize: Literal["relative", "min-max"] = "relative"
 
 
 @register
