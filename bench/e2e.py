@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import math
+import random
 import re
 import socket
 import subprocess
@@ -165,6 +166,9 @@ class E2EDriver:
     warmup: int = 8
     start_timeout_s: float = 120.0
     port: int = 0  # the router's port; 0 = a free one per run
+    # Requests that bypass the router (bench.workloads.shared_pool's direct clients): each goes to a
+    # pod drawn at random, as a Kubernetes Service would send it, and the router never sees it.
+    bypass: Callable[[SimRequest], bool] | None = None
 
     def run(self, policy: str, pods: list[PodConfig], workload: list[SimRequest], seed: int) -> RunResult:
         make = target(policy)
@@ -187,11 +191,13 @@ class E2EDriver:
                         outcomes = [_failed(r) for r in workload]
                         tail = log.read_text()[-4000:]  # a config error lists every known plugin type
                         return RunResult(outcomes, summarize(outcomes), {"errors": {"start": f"{err}; log: {tail}"}})
-                    return self._measure([base], workers, workload)
+                    return self._measure([base], workers, workload, seed)
 
-    def _measure(self, bases: list[str], workers: list[str], workload: list[SimRequest]) -> RunResult:
+    def _measure(self, bases: list[str], workers: list[str], workload: list[SimRequest], seed: int = 0) -> RunResult:
         wall0 = time.perf_counter()
-        outcomes, warm_errors = asyncio.run(_replay(bases, workload, self.time_scale, self.timeout_s, self.warmup))
+        to = destinations(workload, bases, workers, self.bypass, seed)
+        replay = _replay(bases, workload, self.time_scale, self.timeout_s, self.warmup, to)
+        outcomes, warm_errors = asyncio.run(replay)
         metrics = summarize(outcomes)
         metrics["time_scale"] = self.time_scale
         metrics["wall_s"] = time.perf_counter() - wall0
@@ -200,6 +206,22 @@ class E2EDriver:
         if errors or warm_errors:
             extra["errors"] = {"requests": errors[:5], "warmup": warm_errors[:3], "why": failure_split(outcomes)}
         return RunResult(outcomes, metrics, extra)
+
+
+def destinations(
+    workload: list[SimRequest],
+    bases: list[str],
+    workers: list[str],
+    bypass: Callable[[SimRequest], bool] | None,
+    seed: int,
+) -> list[str]:
+    """Where each request is sent: the router's bases in turn, or, for a request `bypass` marks,
+    a pod drawn at random (seeded as the cluster simulation's ServiceBypass draws it)."""
+    service = random.Random(f"service:{seed}")
+    return [
+        service.choice(workers) if bypass is not None and bypass(r) else bases[i % len(bases)]
+        for i, r in enumerate(workload)
+    ]
 
 
 def failure_split(outcomes: list[Outcome], key: Callable[[Outcome], str] | None = None) -> dict[str, Any]:
@@ -225,8 +247,14 @@ def _url(base: str, body: dict[str, Any]) -> str:
 
 
 async def _replay(
-    bases: list[str], workload: list[SimRequest], scale: float, timeout_s: float, warmup: int
+    bases: list[str],
+    workload: list[SimRequest],
+    scale: float,
+    timeout_s: float,
+    warmup: int,
+    to: list[str] | None = None,
 ) -> tuple[list[Outcome], list[str]]:
+    """Sends request i to `to[i]` (default: the bases in turn), after `warmup` short requests."""
     # Idle connections are dropped before a server would close them (uvicorn, the gateway's
     # server: 5 s): else a request sent on one as it closes fails at once, ServerDisconnected.
     conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
@@ -246,8 +274,8 @@ async def _replay(
         t0 = time.perf_counter() + 0.05
         progress = {r.request_id: _Progress() for r in workload}  # how far each got, for the ones cut off
         tasks = [
-            asyncio.create_task(_one(s, bases[i % len(bases)], req, t0, scale, progress[req.request_id]))
-            for i, req in enumerate(workload)
+            asyncio.create_task(_one(s, base, req, t0, scale, progress[req.request_id]))
+            for base, req in zip(to or [bases[i % len(bases)] for i in range(len(workload))], workload, strict=True)
         ]
         last = max((r.arrival_time for r in workload), default=0.0) * scale
         done, pending = await asyncio.wait(tasks, timeout=last + 0.05 + timeout_s)

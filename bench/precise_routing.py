@@ -73,12 +73,16 @@ def scenarios() -> dict[str, Scenario]:
     return {**build_scenarios(), "cache-pressure-drift": drift_scenario(), "cache-pressure-shared": shared_scenario()}
 
 
-def precise_router(tokenizer: str, seed: int, policy: str = PRECISE) -> SchedulerRouter:
+def precise_config(tokenizer: str, policy: str = PRECISE) -> dict:
     """bench/configs/precise.yaml (or the policy's precise config) with a token-producer on the
-    pods' tokenizer.json."""
+    pods' tokenizer.json, as a gateway configured with the model's tokenizer has it."""
     data = yaml.safe_load(config_path(policy).read_text())
     data["plugins"].insert(0, {"type": "token-producer", "parameters": {"local": {"tokenizerPath": tokenizer}}})
-    return SchedulerRouter(load_config(data), seed=seed)
+    return data
+
+
+def precise_router(tokenizer: str, seed: int, policy: str = PRECISE) -> SchedulerRouter:
+    return SchedulerRouter(load_config(precise_config(tokenizer, policy)), seed=seed)
 
 
 def capacity_of(name: str, given: dict[str, float], seed: int) -> float:

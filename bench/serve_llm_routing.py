@@ -54,6 +54,7 @@ MODULE = "bench.serve_llm_routing"  # by name, also when run as __main__ (Serve 
 ROUTERS = ("epp", "pow2", "prefix-affinity")
 STATS_PERIOD_S = 0.2
 GROUP_CHARS = 200  # a prompt's first characters name its shared-prefix group
+REQUEST_TIMEOUT_S = 120.0  # a request not answered by then is an error of the run, not a hang of the benchmark
 
 
 # --- Serve's routers, timed ------------------------------------------------------------------------
@@ -425,14 +426,15 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
-def run_name(router: str, workload_name: str, replicas: int) -> str:
+def run_name(router: str, workload_name: str, replicas: int, tag: str = "") -> str:
     """A deployment (and app) name of its own per run: a handle's process keeps one router per
-    deployment name, so a reused name would route every later run with the first run's router."""
-    return f"FakeLLM-{workload_name}-{router}-{replicas}"
+    deployment name, so a reused name would route every later run with the first run's router
+    (and a name deleted and deployed again once left a run's requests waiting forever)."""
+    return f"FakeLLM-{workload_name}-{router}-{replicas}" + (f"-{tag}" if tag else "")
 
 
-def deploy(router: str, workload_name: str, shape: Shape, replicas: int) -> Any:
-    name = run_name(router, workload_name, replicas)
+def deploy(router: str, workload_name: str, shape: Shape, replicas: int, tag: str = "") -> Any:
+    name = run_name(router, workload_name, replicas, tag)
     app = serve.deployment(
         FakeLLMServer,
         name=name,
@@ -454,7 +456,7 @@ async def send(handle: Any, requests: list[SimRequest]) -> tuple[list[dict[str, 
         h = handle if r.model == DEFAULT_MODEL else handle.options(multiplexed_model_id=r.model)
         method = h.chat if "messages" in r.body else h.completions
         sent, sent_wall = time.monotonic(), time.time()
-        out = await method.remote(request_model(r.body))
+        out = await asyncio.wait_for(method.remote(request_model(r.body)), REQUEST_TIMEOUT_S)
         e2e = time.monotonic() - sent
         prompt = r.body.get("prompt") or json.dumps(r.body.get("messages"))
         return {**out, "ttft_client_s": e2e - out["tail_s"], "e2e_s": e2e, "sent": sent, "sent_wall": sent_wall,
@@ -484,9 +486,9 @@ def choose_times(deployment: str) -> tuple[str, list[float]]:
 
 
 async def run_one(
-    router: str, workload_name: str, shape: Shape, replicas: int, seed: int, warmup: int
+    router: str, workload_name: str, shape: Shape, replicas: int, seed: int, warmup: int, tag: str = ""
 ) -> RunResult:
-    handle = await asyncio.to_thread(deploy, router, workload_name, shape, replicas)
+    handle = await asyncio.to_thread(deploy, router, workload_name, shape, replicas, tag)
     try:
         # Warm up on requests of another seed (router start, LoRA loads of Serve's first calls).
         warm = workload(workload_name, Shape(**{**asdict(shape), "requests": warmup}), seed + 1000)[:warmup]
@@ -494,7 +496,7 @@ async def run_one(
             r.arrival_time = 0.0
         await send(handle, warm)
         await asyncio.sleep(2 * STATS_PERIOD_S)
-        deployment = run_name(router, workload_name, replicas)
+        deployment = run_name(router, workload_name, replicas, tag)
         choose_times(deployment)
         epp_debug(deployment, reset=True)
         _timelines().clear()
@@ -529,8 +531,8 @@ async def run_one(
             router_debug=epp_debug(deployment) if router.startswith("epp") else {},
         )  # fmt: skip
     finally:
-        await asyncio.to_thread(serve.delete, run_name(router, workload_name, replicas))
-        await forget_handle(run_name(router, workload_name, replicas))
+        await asyncio.to_thread(serve.delete, run_name(router, workload_name, replicas, tag))
+        await forget_handle(run_name(router, workload_name, replicas, tag))
 
 
 async def forget_handle(deployment: str) -> None:
@@ -653,7 +655,7 @@ async def settle(workload_name: str, shape: Shape, replicas: int, seed: int) -> 
     Serve's controller busy). Hygiene: its effect could not be told apart from the machine's load
     swings (docs/BENCHMARKS.md, "Where a request's TTFT goes")."""
     few = Shape(**{**asdict(shape), "requests": min(shape.requests, 48)})
-    await run_one("pow2", workload_name, few, replicas, seed + 2000, warmup=4)
+    await run_one("pow2", workload_name, few, replicas, seed + 2000, warmup=4, tag="settle")
 
 
 async def run_all(args: argparse.Namespace, shape: Shape, routers: list[str]) -> tuple[list[RunResult], ...]:

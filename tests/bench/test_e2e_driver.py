@@ -153,3 +153,54 @@ def test_a_config_path_target_that_fails_to_start_is_reported_with_its_log(tmp_p
     run = driver.run(f"epp:{bad}", scenario.pods()[:1], workload, 0)
     assert [o.status for o in run.outcomes] == [ERROR] * 3
     assert "no-such-plugin" in run.extra["errors"]["start"]
+
+
+def test_requests_that_bypass_the_router_go_to_a_pod_the_router_never_hears_of() -> None:
+    """cache-pressure-shared's direct clients: end to end they are sent to a pod drawn at random
+    (the pods' Service), the rest to the router, and `_replay` sends each where it is told."""
+    from bench.e2e import destinations
+    from bench.workloads.shared_pool import DIRECT, TRAFFIC_HEADER, is_direct
+
+    workload = [helpers.req(f"r{i}", "ok") for i in range(40)]
+    for r in workload[::3]:
+        r.headers[TRAFFIC_HEADER] = DIRECT
+    pods = ["http://127.0.0.1:2", "http://127.0.0.1:3"]
+    to = destinations(workload, ["http://127.0.0.1:1"], pods, is_direct, seed=0)
+    assert [t in pods for t in to] == [is_direct(r) for r in workload]
+    assert set(to[::3]) == set(pods)  # both pods drawn
+    assert to == destinations(workload, ["http://127.0.0.1:1"], pods, is_direct, seed=0)  # seeded
+    assert destinations(workload, ["a", "b"], pods, None, 0) == ["a", "b"] * 20
+
+    async def run() -> tuple[list, dict[int, list[str]]]:
+        seen: dict[int, list[str]] = {}
+        runners = []
+
+        @web.middleware
+        async def record(request: web.Request, handler):  # type: ignore[no-untyped-def]
+            port = request.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
+            seen.setdefault(port, []).append(request.headers.get("x-id", ""))
+            return await handler(request)
+
+        for _ in range(2):
+            app = web.Application(middlewares=[record])
+            app.router.add_post("/v1/completions", _answer)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            runners.append(runner)
+        ports = [r.addresses[0][1] for r in runners]
+        small = workload[:6]
+        for r in small:
+            r.headers["x-id"] = r.request_id
+        try:
+            outcomes, _ = await _replay(
+                [], small, 1.0, 5.0, 0, [f"http://127.0.0.1:{ports[i % 2]}" for i in range(len(small))]
+            )
+        finally:
+            for runner in runners:
+                await runner.cleanup()
+        return outcomes, {ports.index(p): ids for p, ids in seen.items()}
+
+    outcomes, seen = asyncio.run(run())
+    assert all(o.status == OK for o in outcomes)
+    assert {k: sorted(v) for k, v in seen.items()} == {0: ["r0", "r2", "r4"], 1: ["r1", "r3", "r5"]}
