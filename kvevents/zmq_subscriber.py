@@ -8,7 +8,11 @@ in sequence order, each exactly once:
   what the engine's ring no longer holds is counted `lost` and the pod is `gapped` until its next
   `AllBlocksCleared`, after which its picture is complete again;
 * a subscriber that joins a publisher already past seq 0 replays from 0 first (`replay_on_join`),
-  so an engine that cached blocks before the router came up is not missed (ZMQ's late joiner);
+  so an engine that cached blocks before the router came up is not missed (ZMQ's late joiner).
+  It asks as soon as its SUB socket connects, not when the next batch shows the gap: a PUB drops
+  what it sends before the subscription reaches it (ZMQ's slow joiner), and an engine that then
+  goes idle would otherwise stay unknown until it publishes again. Batches that then also arrive
+  on the SUB socket are recognised by sequence and payload and counted as duplicates;
 * a restarted engine starts its sequence at 0 again, and its cache is empty. When the SUB socket
   reconnects, the subscriber asks the replay socket for its last seq: the same payload means the
   same stream (a network blip: carry on, gaps repaired); another payload, or none, means a new
@@ -42,6 +46,7 @@ from kvevents.wire import WireError, decode_batch
 log = logging.getLogger(__name__)
 
 _POLL_MS = 50
+_LAST_SEQ = 2**63 - 1  # "to the end of the ring" in a replay request
 
 
 class SubscriberState(enum.StrEnum):
@@ -113,6 +118,7 @@ class ZmqEventSubscriber:
         self._thread: threading.Thread | None = None
         self._last_seq: int | None = None
         self._last_payload: bytes | None = None
+        self._joined: dict[int, bytes] | None = None  # the join's replay, until the SUB socket passes it
         self._gapped = False
         self._started_at = time.monotonic()
         self._last_msg_at: float | None = None
@@ -207,8 +213,20 @@ class ZmqEventSubscriber:
             except zmq.Again:
                 break
             self._connects += 1
-            if self._connects > 1 and self._last_seq is not None:
+            if self._last_seq is None:
+                if self._replay_on_join:
+                    self._join()
+            elif self._connects > 1:
                 self._check_stream()
+
+    def _join(self) -> None:
+        """Connected with nothing received yet: deliver all the replay ring holds, from seq 0."""
+        got = self._replay(0, _LAST_SEQ)
+        if not got:
+            return  # nothing published yet (or no replay answer): the SUB socket's first batch decides
+        self._last_msg_at = time.monotonic()  # heard from: live (or gapped), no longer connecting
+        self._catch_up(0, max(got), got)
+        self._joined = got
 
     def _check_stream(self) -> None:
         """After a reconnect: is the publisher the engine we followed, or a restarted one?"""
@@ -235,6 +253,12 @@ class ZmqEventSubscriber:
             self._garbage(str(e))
             return
         last = self._last_seq
+        joined = self._joined
+        if joined is not None and last is not None:
+            if seq <= last and joined.get(seq) == frames[2]:
+                self.duplicates += 1  # already delivered by the join's replay
+                return
+            self._joined = None
         if last is None:
             if seq > 0 and self._replay_on_join:
                 self._catch_up(0, seq - 1)
@@ -274,9 +298,11 @@ class ZmqEventSubscriber:
 
     # -- replay ----------------------------------------------------------------------------------
 
-    def _catch_up(self, first: int, last: int) -> None:
-        """Deliver seqs first..last from the replay socket; what it cannot give is lost."""
-        got = self._replay(first, last)
+    def _catch_up(self, first: int, last: int, got: dict[int, bytes] | None = None) -> None:
+        """Deliver seqs first..last from the replay socket (or its answer `got`); what it cannot
+        give is lost."""
+        if got is None:
+            got = self._replay(first, last)
         missing = 0
         for seq in range(first, last + 1):
             payload = got.get(seq)

@@ -12,9 +12,10 @@ pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
 
 from actors import PodSpec, ProfileCall, start_epp_actors, stop_epp_actors  # noqa: E402
+from actors.protocol import ProfileEvent, for_scheduling  # noqa: E402
 from bench.tokenizer_fixture import make_tokenizer  # noqa: E402
 from kvevents import BlockStored, KVEventBatch, ZmqEventPublisher  # noqa: E402
-from scheduler import CycleState, LLMRequest  # noqa: E402
+from scheduler import CycleState, LLMRequest, SchedulingResult  # noqa: E402
 from scheduler.plugins.support.tokenizer_backends import LocalTokenizer  # noqa: E402
 from tests.actors.support import MODEL, fast_options, wait_for  # noqa: E402
 
@@ -134,3 +135,48 @@ def test_llm_d_precise_sample_with_its_data_layer_runs_on_the_actors(ray_session
             assert ray.get(actor.kv_events.remote())["sinks"]["precise-prefix-cache-producer"]["scored"]["precise"]
         finally:
             stop_epp_actors(epp)
+
+
+def test_speculative_indexing_on_the_actors_sends_a_repeat_where_its_prefix_was_just_sent(ray_session, sim, tmp_path):
+    """llm-d's `speculativeIndexing`: every pod is live and none has published a block, yet once the
+    gateway tells the profile actor its decision (the PreRequest event, a fresh copy of the request
+    as the gateway sends it), the repeats of that prompt follow it to the same pod."""
+    path = make_tokenizer(tmp_path)
+    config = CONFIG.format(path=path, bs=BS).replace(
+        "{tokenProcessorConfig: {blockSize: 16}}", "{tokenProcessorConfig: {blockSize: 16}, speculativeIndexing: true, "
+        "speculativeTTL: 60s}"
+    )
+    assert "speculativeIndexing" in config
+    pubs = {p.name: ZmqEventPublisher() for p in sim.pods}
+    try:
+        pods = [
+            PodSpec(name=p.name, address=p.address, port=p.port, labels=p.labels,
+                    kvEvents={"endpoint": pubs[p.name].endpoint, "replay": pubs[p.name].replay_endpoint})
+            for p in sim.pods
+        ]  # fmt: skip
+        epp = start_epp_actors(config, pods, options=fast_options("t-kv-spec"))
+        try:
+            actor = epp.profiles["default"]
+
+            def all_live():
+                for pub in pubs.values():
+                    pub.publish(KVEventBatch(0.0, []))
+                pods = ray.get(actor.kv_events.remote())["sinks"]["precise-prefix-cache-producer"]["pods"]
+                return len(pods) == len(pubs) and {pod["status"] for pod in pods.values()} == {"live"}
+
+            wait_for(all_live, timeout=10, interval=0.2, what="every pod's events live")
+            body = {"model": MODEL, "prompt": PROMPT + " and one more question?"}
+            first = LLMRequest(request_id="s0", target_model=MODEL, body=body)
+            [outcome] = ray.get(actor.run_batch.remote([ProfileCall(first, CycleState())]))
+            chosen = outcome.result.target_endpoints[0].name
+            decision = SchedulingResult({"default": outcome.result}, "default")
+            ray.get(actor.run_batch.remote([ProfileEvent("pre_request", for_scheduling(first), result=decision)]))
+            sink = ray.get(actor.kv_events.remote())["sinks"]["precise-prefix-cache-producer"]
+            assert sink["speculative"]["requests"] == 1 and sink["speculative"]["entries"] > 0, sink
+            assert all(pod["blocks"] == 0 for pod in sink["pods"].values())  # nothing confirmed
+            assert three_picks(actor, "sp") == [chosen] * 3
+        finally:
+            stop_epp_actors(epp)
+    finally:
+        for pub in pubs.values():
+            pub.close()

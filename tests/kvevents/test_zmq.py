@@ -246,3 +246,32 @@ def test_without_a_replay_socket_a_sequence_going_back_is_a_restart() -> None:
             assert st.resets == 1 and st.lost == 50 and st.state is SubscriberState.LIVE
     finally:
         raw.close(linger=0)
+
+
+def test_a_batch_sent_before_the_subscription_landed_arrives_without_a_next_one(pub: ZmqEventPublisher) -> None:
+    """ZMQ's slow joiner: the pod publishes once as the subscriber joins and then goes quiet. The
+    subscriber asks the replay ring on connecting, so it does not wait for a next batch."""
+    sink = Sink()
+    sub = ZmqEventSubscriber("pod-a", pub.endpoint, sink, pub.replay_endpoint)
+    pub.publish(stored(1))  # before the subscriber's socket even connects
+    assert pub.flush()
+    with sub:
+        sink.wait_for(lambda got: sink.stored() == [1])
+        st = sub.status()
+        assert st.replayed == 1 and st.lost == 0 and st.state is SubscriberState.LIVE
+        pub.publish(stored(2))  # the live stream goes on from there, nothing twice
+        sink.wait_for(lambda got: 2 in sink.stored())
+        assert sink.stored() == [1, 2] and sub.status().gaps == 0
+
+
+def test_what_the_join_replayed_is_not_delivered_again_from_the_live_socket(pub: ZmqEventPublisher) -> None:
+    sink = Sink()
+    with ZmqEventSubscriber("pod-a", pub.endpoint, sink, pub.replay_endpoint) as sub:
+        # publish steadily while the subscriber joins: some batches come by both the replay and the SUB socket
+        for i in range(1, 301):
+            pub.publish(stored(i))
+            time.sleep(0.001)
+        sink.wait_for(lambda got: 300 in sink.stored())
+        assert sink.stored() == list(range(1, 301))
+        st = sub.status()
+        assert st.resets == 0 and st.lost == 0 and st.state is SubscriberState.LIVE

@@ -132,7 +132,6 @@ plugins:
     ("params", "expect"),
     [
         ("{indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: 'r:6379'}}}}", "external index store"),
-        ("{speculativeIndexing: true}", "speculative indexing is not implemented"),
         ("{sessionManager: sessions}", "session-cache manager"),
         ("{kvEventsConfig: {engineType: sglang}}", "engineType"),
         ("{tokenProcessorConfig: {blockSize: 0}}", "blockSize"),
@@ -143,6 +142,85 @@ plugins:
 def test_what_can_not_run_is_a_load_time_error(params, expect):
     with pytest.raises(ConfigError, match=expect):
         load_config(BASE.format(params=params))
+
+
+SPECULATIVE = BASE.format(
+    params="{tokenProcessorConfig: {blockSize: 5}, speculativeIndexing: true, speculativeTTL: 500ms}"
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def spec():
+    sched = Scheduler.from_config(load_config(SPECULATIVE))
+    producer = producer_of(sched)
+    producer.clock = Clock()
+    for ep in pods():
+        producer.set_kv_event_status(ep.name, LIVE)
+    return sched, producer
+
+
+def test_speculation_sends_a_repeat_where_its_prefix_was_just_sent(spec):
+    """With speculativeIndexing the pod a prompt was just sent to counts as holding its blocks
+    before its events arrive, so a repeat follows it (without, it goes to the pod whose events show
+    a shorter match: test_a_decision_alone_does_not_make_a_live_pod_hold_blocks)."""
+    sched, producer = spec
+    eps = pods()
+    first = target(sched, tokenized("r1"), eps)
+    other = "decode-b" if first != "decode-b" else "decode-a"
+    holds(producer, other, TOKENS, 4)
+    assert target(sched, tokenized("r2"), eps) == first
+    assert producer.info()["speculative"] == {
+        "entries": 8, "added": 2, "expired": 0, "requests": 2, "without_keys": 0
+    }
+    # Past the TTL the prediction is gone: the pod whose events show blocks wins.
+    producer.clock.now += 0.6
+    assert target(sched, tokenized("r3"), eps) == other
+
+
+def test_confirmed_blocks_outlive_the_prediction(spec):
+    sched, producer = spec
+    eps = pods()
+    first = target(sched, tokenized("r1"), eps)
+    holds(producer, first, TOKENS, 8)  # the engine cached what was predicted
+    producer.clock.now += 10.0
+    infos = producer.produce(CycleState(), tokenized("r2"), eps)
+    assert infos[first].match_blocks == 8
+    assert producer.info()["speculative"]["entries"] == 0
+
+
+def test_speculation_predicts_live_pods_only_and_forgets_a_pod_that_left(spec):
+    sched, producer = spec
+    eps = pods()
+    first = target(sched, tokenized("r1"), eps)
+    producer.set_kv_event_status(first, "gone")
+    assert producer.info()["speculative"]["entries"] == 0
+    producer.set_kv_event_status(first, GAPPED)  # scored approximately: not predicted precisely
+    res = sched.schedule(tokenized("r2"), eps)
+    chosen = res.profile_results[res.primary_profile_name].target_endpoints[0].name
+    assert producer.precise.speculative.match(producer.precise.keys(TOKENS)) == (
+        {} if chosen == first else {chosen: 8}
+    )
+
+
+def test_the_speculative_ttl_is_read_as_llm_d_reads_it():
+    ttl = {
+        "500ms": 0.5,
+        "3s": 3.0,
+        "0s": 2.0,  # zero: llm-d's default, 2 s
+    }
+    for text, seconds in ttl.items():
+        cfg = load_config(BASE.format(params=f"{{speculativeIndexing: true, speculativeTTL: {text}}}"))
+        assert producer_of(Scheduler.from_config(cfg)).precise.speculative.ttl_s == seconds
+    off = producer_of(Scheduler.from_config(load_config(BASE.format(params="{speculativeTTL: 5s}"))))
+    assert off.precise.speculative is None and "speculative" not in off.info()
 
 
 def test_llm_d_parameters_load():

@@ -41,6 +41,21 @@ UNLIMITED_BLOCKS = sys.maxsize
 _name = attrgetter("name")
 
 
+def learned_targets(result: SchedulingResult) -> list[Endpoint]:
+    """The endpoints a decision sends the prompt's blocks to: the primary target, and the `prefill`
+    profile's target in P/D (llm-d's rule); none when the primary profile chose nobody."""
+    primary = result.profile_results.get(result.primary_profile_name)
+    if primary is None or not primary.target_endpoints:
+        return []
+    targets = [primary.target_endpoints[0]]
+    prefill_name = result.prefill_profile_name or PREFILL_PROFILE
+    if result.primary_profile_name != prefill_name:
+        prefill = result.profile_results.get(prefill_name)
+        if prefill is not None and prefill.target_endpoints:
+            targets.append(prefill.target_endpoints[0])
+    return targets
+
+
 class ApproxPrefixCacheParameters(Parameters):
     """llm-d's parameters and defaults. `blockSize` is the deprecated spelling of blockSizeTokens."""
 
@@ -166,15 +181,9 @@ class ApproxPrefixCacheProducer(Plugin):
             return
         request.memo[self._learned_key] = True
         state = request.memo.pop(self.state_key, None)
-        primary = result.profile_results.get(result.primary_profile_name)
-        if primary is None or not primary.target_endpoints:
+        targets = learned_targets(result)
+        if not targets:
             return
-        targets = [primary.target_endpoints[0]]
-        prefill_name = result.prefill_profile_name or PREFILL_PROFILE
-        if result.primary_profile_name != prefill_name:
-            prefill = result.profile_results.get(prefill_name)
-            if prefill is not None and prefill.target_endpoints:
-                targets.append(prefill.target_endpoints[0])
         if state is not None:
             block_size, max_blocks = state
         else:  # not matched here (another process scored it): the same geometry from the targets

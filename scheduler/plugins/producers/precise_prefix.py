@@ -19,6 +19,8 @@ podDiscoveryConfig.socketPort`, 5557, unless the pod's spec names its own) and f
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -30,16 +32,20 @@ from scheduler.plugins.producers.approx_prefix import (
     MIN_BLOCK_SIZE_TOKENS,
     ApproxPrefixCacheParameters,
     ApproxPrefixCacheProducer,
+    learned_targets,
 )
 from scheduler.plugins.producers.token_producer import TokenProducer
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.plugins.support.prefix.precise_index import LIVE, PreciseIndex
+from scheduler.plugins.support.prefix.speculative_entries import SpeculativeEntries
 from scheduler.plugins.support.tokenized import TokenSource, memo_token_run, memo_tokens
 from scheduler.registry import register
-from scheduler.types import Endpoint, LLMRequest
+from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 
 DEFAULT_EVENT_PORT = 5557  # vLLM's and llm-d's default KV-events port
 TOKEN_PRODUCER = "token-producer"
+DEFAULT_SPECULATIVE_TTL_S = 2.0  # llm-d's defaultSpeculativeTTL
+PENDING_KEYS = 4096  # requests scored and not yet decided whose keys are kept for speculation
 
 
 class TokenProcessorConfig(Parameters):
@@ -126,15 +132,11 @@ class PrecisePrefixCacheParameters(Parameters):
         parse_duration(value)
         return value
 
-    @field_validator("speculative_indexing")
-    @classmethod
-    def _no_speculation(cls, value: bool) -> bool:
-        if value:
-            raise ValueError(
-                "speculative indexing is not implemented: pods not yet confirmed by their events are "
-                "scored by the approximate index, which learns every decision"
-            )
-        return value
+    @property
+    def speculative_ttl_s(self) -> float:
+        """The TTL in seconds; zero or less means llm-d's default (2 s), as llm-d reads it."""
+        ttl = parse_duration(self.speculative_ttl)
+        return ttl if ttl > 0 else DEFAULT_SPECULATIVE_TTL_S
 
     @field_validator("session_manager")
     @classmethod
@@ -168,6 +170,13 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         self.token_source: TokenSource | None = None
         if TOKEN_PRODUCER in handle.plugin_names():  # llm-d's producers find it by its type name
             self.token_source = handle.plugin_of_type(TOKEN_PRODUCER, TokenProducer, "the token producer")
+        self.clock = time.monotonic  # replaceable (tests, the simulation's virtual clock)
+        # Speculative indexing: the keys of requests scored here, until their decision is learned.
+        self._pending_keys: OrderedDict[str, list[int]] = OrderedDict()
+        self._speculated_key = (self.name, "speculated")  # once per request, as learning is
+        self.speculated = {"requests": 0, "without_keys": 0}
+        if p.speculative_indexing:
+            self.precise.speculative = SpeculativeEntries(p.speculative_ttl_s)
 
     # -- KVEventSink ---------------------------------------------------------------------------
 
@@ -202,7 +211,13 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         tokens = self.token_source.tokens(request) if self.token_source is not None else memo_tokens(request)
         if tokens is None:
             return infos
-        counts, total = index.lookup(tokens, self.max_precise_blocks, memo_token_run(request))
+        if index.speculative is None:
+            counts, total = index.lookup(tokens, self.max_precise_blocks, memo_token_run(request))
+        else:  # every prompt's keys are needed: a cold one is predicted where it is sent
+            index.speculative.expire(self.clock())
+            keys = index.keys(tokens, self.max_precise_blocks, memo_token_run(request))
+            counts, total = index.match(keys), len(keys)
+            self._keep_keys(request.request_id, keys)
         size = index.block_size
         for ep in live:
             infos[ep.name] = PrefixCacheMatchInfo(counts.get(ep.name, 0), total, size)
@@ -211,14 +226,53 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         cycle_state.set_endpoint_attributes(PREFIX_MATCH_KEY, infos)
         return infos
 
+    # -- speculative indexing ------------------------------------------------------------------
+
+    def learn(self, request: LLMRequest, result: SchedulingResult) -> None:
+        """The approximate index learns the decision; with speculative indexing, each live target
+        is also predicted to hold the prompt's precise blocks for `speculativeTTL`."""
+        super().learn(request, result)
+        speculative = self.precise.speculative
+        if speculative is None or request.memo.get(self._speculated_key):
+            return
+        request.memo[self._speculated_key] = True
+        keys = self._pending_keys.pop(request.request_id, None)
+        if keys is None:  # not scored here (another process did) or no live pod then: from its tokens
+            tokens = memo_tokens(request)
+            if tokens is None:
+                self.speculated["without_keys"] += 1
+                return
+            keys = self.precise.keys(tokens, self.max_precise_blocks, memo_token_run(request))
+        now = self.clock()
+        for ep in learned_targets(result):
+            if self.precise.status(ep.name) == LIVE:
+                speculative.add(ep.name, keys, now)
+        self.speculated["requests"] += 1
+
+    def _keep_keys(self, request_id: str, keys: list[int]) -> None:
+        pending = self._pending_keys
+        pending[request_id] = keys
+        pending.move_to_end(request_id)
+        while len(pending) > PENDING_KEYS:  # decided elsewhere or never: the oldest go
+            pending.popitem(last=False)
+
     def info(self) -> dict[str, Any]:
         """The precise index's pods, their event status and block counts, the event counters, and
         how many endpoint scorings used the precise index or fell back to the approximate one."""
         index = self.precise
         pods = {pod: {"status": st, "blocks": index.pod_blocks(pod)} for pod, st in index.statuses().items()}
         counts = index.counts
-        return {
+        out: dict[str, Any] = {
             "pods": pods,
             "events": {f: getattr(counts, f) for f in counts.__slots__},  # type: ignore[attr-defined]
             "scored": dict(self.scored),
         }
+        speculative = index.speculative
+        if speculative is not None:
+            out["speculative"] = {
+                "entries": len(speculative),
+                "added": speculative.added,
+                "expired": speculative.expired,
+                **self.speculated,
+            }
+        return out

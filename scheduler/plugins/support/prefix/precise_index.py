@@ -15,6 +15,10 @@ same way. A pod whose removals were lost (a gap) can therefore never grow withou
 blocks fall out first, as they would on the engine. Blocks in a medium other than the GPU (a CPU
 offload tier) are not indexed: a prefix is worth routing to when it is in GPU memory.
 
+With speculative indexing on (`speculative`, scheduler.plugins.support.prefix.speculative_entries)
+a pod also counts as holding the blocks of prompts just routed to it, until their TTL: the events
+confirm what it really cached, the prediction covers the time before they can.
+
 What is not distinguished: LoRA adapters and `cache_salt` (vLLM puts both into its hashes, but the
 events name an adapter by a number the router cannot map to a name); a pod serves one base model.
 
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 import xxhash
 
 from scheduler.plugins.support.prefix.index import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
+from scheduler.plugins.support.prefix.speculative_entries import SpeculativeEntries
 from scheduler.plugins.support.token_cache import TokenRun
 
 ROOT_KEY = xxhash.xxh64_intdigest(b"ray-epp/precise-prefix")  # the chain's start for a block without a parent
@@ -86,7 +91,16 @@ class PreciseIndex:
     """apply(pod, events); keys(tokens) → the request's block keys; match(keys) → {pod: blocks};
     status per pod; remove_pod."""
 
-    __slots__ = ("_capacity", "_engine", "_status", "block_size", "blocks", "counts", "default_capacity")
+    __slots__ = (
+        "_capacity",
+        "_engine",
+        "_status",
+        "block_size",
+        "blocks",
+        "counts",
+        "default_capacity",
+        "speculative",
+    )
 
     def __init__(self, block_size: int, default_capacity: int = DEFAULT_LRU_CAPACITY_PER_SERVER) -> None:
         if block_size <= 0:
@@ -98,6 +112,8 @@ class PreciseIndex:
         self._capacity: dict[str, int] = {}
         self._status: dict[str, str] = {}
         self.counts = EventCounts()
+        # Predicted blocks of routed prompts, until their TTL (None: speculative indexing off).
+        self.speculative: SpeculativeEntries | None = None
 
     # -- the request side ----------------------------------------------------------------------
 
@@ -143,14 +159,23 @@ class PreciseIndex:
             return {}, 0
         if run is None or run.ids is not tokens:
             bs = self.block_size
-            if not self.blocks.get(_xxh64(token_bytes(list(tokens[:bs])), ROOT_KEY)):
+            first = _xxh64(token_bytes(list(tokens[:bs])), ROOT_KEY)
+            if not self.blocks.get(first) and (self.speculative is None or not self.speculative.match((first,))):
                 return {}, full
         return self.match(self.keys(tokens, max_blocks, run)), full
 
-    def match(self, keys: Iterable[int]) -> dict[str, int]:
+    def match(self, keys: Sequence[int]) -> dict[str, int]:
         """Per pod, how many leading blocks of the prompt it holds without a gap (pods with none
-        are absent)."""
-        return self.blocks.match_contiguous(keys)
+        are absent); with speculative entries, the longer of the confirmed run and the predicted
+        one (a prediction is a whole routed prompt from its first block, so the union of the two
+        runs is the longer one, but for a confirmed run that resumes after a gap the prediction
+        fills: not counted)."""
+        counts = self.blocks.match_contiguous(keys)
+        if self.speculative is not None and len(self.speculative):
+            for pod, blocks in self.speculative.match(keys).items():
+                if blocks > counts.get(pod, 0):
+                    counts[pod] = blocks
+        return counts
 
     # -- pod status ----------------------------------------------------------------------------
 
@@ -171,6 +196,8 @@ class PreciseIndex:
     def remove_pod(self, pod: str) -> None:
         """Forget a pod that left the pool: its blocks, names and status."""
         self.blocks.remove_server(pod)
+        if self.speculative is not None:
+            self.speculative.remove_pod(pod)
         self._engine.pop(pod, None)
         self._capacity.pop(pod, None)
         self._status.pop(pod, None)
