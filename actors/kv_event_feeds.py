@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any
 
 from actors.options import KV_EVENTS_LABEL, KV_REPLAY_LABEL
-from kvevents import KVEventBatch, ZmqEventSubscriber
+from ray_epp.kvevents import KVEventBatch, ZmqEventSubscriber
 from scheduler import Endpoint
 from scheduler.interfaces import KVEventSink
 

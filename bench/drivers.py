@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from bench.metrics import ERROR, SHED, Outcome, dist_ms, summarize
 from bench.policies import make_policy
-from simulator import HOLD, PodConfig, PodView, RequestResult, SimRequest, run_cluster_sim
-from simulator.report import DROPPED, OK, REJECTED
+from ray_epp.simulator import HOLD, PodConfig, PodView, RequestResult, SimRequest, run_cluster_sim
+from ray_epp.simulator.report import DROPPED, OK, REJECTED
 
 
 @dataclass(slots=True)

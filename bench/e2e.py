@@ -3,7 +3,7 @@
 For each run (one target at one rate) `E2EDriver`:
 
 1. starts the scenario's pods (its `PodConfig`s) as simulated vLLM servers in their own process
-   (`python -m simulator --config ... --time-scale S`), so they do not share the driver's CPU and
+   (`python -m ray_epp.simulator --config ... --time-scale S`), so they do not share the driver's CPU and
    every target starts with cold prefix caches;
 2. starts the target (a real router process in front of those pods, see `TARGETS`), waits until it
    answers and warms it up with a few short requests (not counted; their prompts share nothing
@@ -43,7 +43,7 @@ from bench.drivers import RunResult
 from bench.gateway_overhead import ROOT, _bin, _process, _wait_http
 from bench.metrics import ERROR, OK, SHED, Outcome, summarize
 from bench.policies import config_path, is_ours
-from simulator import PodConfig, SimRequest
+from ray_epp.simulator import PodConfig, SimRequest
 
 PRIORITY_HEADER = "x-gateway-inference-priority"
 KEEPALIVE_S = 2.0  # the client's idle connections, well under the gateway's keep_alive_timeout_s (65 s)
@@ -86,7 +86,7 @@ def _serve_forwarder(workers: list[str], pods_json: Path, port: int) -> tuple[li
 
 
 TARGETS: dict[str, TargetFn | None] = {
-    "epp-default": _gateway("configs/default.yaml"),
+    "epp-default": _gateway("ray_epp/configs/default.yaml"),
     "sglang-cache-aware": _sglang("cache_aware"),
     "sglang-round-robin": _sglang("round_robin"),
     "vllm-router-cache-aware": _vllm_router,
@@ -123,7 +123,7 @@ def sim_pods(pods: list[PodConfig], time_scale: float, seed: int, tmp: Path):
     config.write_text(json.dumps([p.model_dump(mode="json") for p in pods]))
     out = tmp / "pods.json"
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "simulator", "--config", str(config), "--base-port", "0"]
+    cmd = [sys.executable, "-m", "ray_epp.simulator", "--config", str(config), "--base-port", "0"]
     cmd += ["--time-scale", str(time_scale), "--seed", str(seed), "--pods-json", str(out)]
     # readiness: the pods JSON is written once every pod listens; then /health on the first pod
     with _process(cmd, None, tmp / "sim.log") as proc:

@@ -36,15 +36,15 @@ import yaml
 from bench.policies.epp import SchedulerRouter
 from bench.workloads import uniform_spec
 from bench.workloads.synthetic import random_prompt_workload
+from ray_epp.simulator import SimRequest, make_pod_configs, run_cluster_sim
+from ray_epp.simulator.report import OK, percentile
 from scheduler import EndpointPickerConfig, load_config
 from scheduler.flowcontrol.types import FAIRNESS_ID_HEADER, Outcome
-from simulator import SimRequest, make_pod_configs, run_cluster_sim
-from simulator.report import OK, percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {
-    "shed-only (configs/default.yaml)": ROOT / "configs/default.yaml",
-    "shed-only (configs/priority.yaml)": ROOT / "configs/priority.yaml",
+    "shed-only (ray_epp/configs/default.yaml)": ROOT / "ray_epp/configs/default.yaml",
+    "shed-only (ray_epp/configs/priority.yaml)": ROOT / "ray_epp/configs/priority.yaml",
     "flow control, round-robin (bench/configs/flow-control.yaml)": ROOT / "bench/configs/flow-control.yaml",
     "flow control, global-strict (bench/configs/flow-control-strict.yaml)": ROOT
     / "bench/configs/flow-control-strict.yaml",
@@ -53,7 +53,7 @@ CONFIGS = {
     "flow control, soft ceiling (bench/configs/flow-control-soft-ceiling.yaml)": ROOT
     / "bench/configs/flow-control-soft-ceiling.yaml",
 }
-BASELINE = "shed-only (configs/priority.yaml)"  # goodput ratios are to this one, as written
+BASELINE = "shed-only (ray_epp/configs/priority.yaml)"  # goodput ratios are to this one, as written
 CAPACITY = 229.7  # req/s, 8 pods, this workload: docs/BENCHMARKS.md "Mixed priority under overload"
 CRITICAL_SHARE = 0.2
 FLOOD_RATIO = 5.0

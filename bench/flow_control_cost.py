@@ -1,7 +1,7 @@
 """What a per-replica flow-control queue costs a gateway replica (docs/DESIGN.md, "Flow control").
 
 1. The pass every request makes with the gate on and the pool not saturated: enqueue, the
-   dispatch pass (both detectors of configs/priority.yaml asked over 8 endpoints), settle.
+   dispatch pass (both detectors of ray_epp/configs/priority.yaml asked over 8 endpoints), settle.
 2. A queued request's dispatch: requests wait on asyncio futures in a real `FlowGate` (the
    gateway's class, with its metrics recorder) while the pool is saturated; the pool opens and one
    `pump()` dispatches them (window: one per endpoint, settled as they resume); the figure is the

@@ -29,15 +29,15 @@ import yaml
 
 from bench.e2e import TARGETS, E2EDriver, failure_split
 from bench.flow_control import CAPACITY, CRITICAL_SHARE, ROOT, steady_state, workload
+from ray_epp.simulator import make_pod_configs
 from scheduler.duration import parse_duration
-from simulator import make_pod_configs
 
 FLOW = ROOT / "bench/configs/flow-control.yaml"
 # label -> (config, gateway settings or None). The third: the queue dispatching one request at a time
 # until scheduled (`flow_dispatch_window: 1`), the bound used before the profile actors told their
 # ledgers each decision at once; the second runs the default window, one per endpoint.
 CONFIGS: dict[str, tuple[Path, dict[str, Any] | None]] = {
-    "shed-only (configs/priority.yaml)": (ROOT / "configs/priority.yaml", None),
+    "shed-only (ray_epp/configs/priority.yaml)": (ROOT / "ray_epp/configs/priority.yaml", None),
     "flow control, round-robin (bench/configs/flow-control.yaml)": (FLOW, None),
     "flow control, round-robin, dispatch window 1": (FLOW, {"flow_dispatch_window": 1}),
 }

@@ -85,7 +85,7 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
     fwd, epp, sgl, vll, flow, flow1 = (str(p + offset) for p in (8300, 8400, 8500, 8600, 8700, 8800))
     # The default config with the flowControl gate on: every request passes the gateway's queue.
     flow_cfg = tmp / "default-flow-control.yaml"
-    cfg = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "ray_epp" / "configs" / "default.yaml").read_text())
     cfg["featureGates"] = ["flowControl"]
     flow_cfg.write_text(yaml.safe_dump(cfg, sort_keys=False))
     # The same with a dispatch window of one request (a dispatched request scheduled before the next leaves).

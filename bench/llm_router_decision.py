@@ -1,7 +1,7 @@
 """In-process cost of one `EPPRequestRouter.choose_replicas` decision, without Ray Serve.
 
 The router is built as Serve builds it (its constructor, then `initialize_state` with
-configs/default.yaml) and marked attached, so it decides on its local mirror and no profile actor
+ray_epp/configs/default.yaml) and marked attached, so it decides on its local mirror and no profile actor
 is started. The replicas are stand-ins carrying what Serve's `RunningReplica` carries (replica id,
 metadata, routing stats as bench/serve_llm_replica.py publishes them); the requests are the
 shared-prefix workload of bench/serve_llm_routing.py as vLLM-style pydantic requests. Each decision
@@ -70,7 +70,7 @@ def replicas(n: int) -> list[StandInReplica]:
 def router() -> EPPRequestRouter:
     r = EPPRequestRouter(deployment_id=DeploymentID(name=DEPLOYMENT, app_name="bench"),
                          handle_source=DeploymentHandleSource.UNKNOWN)  # fmt: skip
-    r.initialize_state(config="configs/default.yaml")  # scrape_metrics on, as in Serve (nothing to scrape)
+    r.initialize_state(config="ray_epp/configs/default.yaml")  # scrape_metrics on, as in Serve (nothing to scrape)
     r._attached = True  # decide on the mirror; no profile actors
     return r
 

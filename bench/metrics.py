@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.report import percentile
+from ray_epp.simulator.report import percentile
 
 OK, SHED, ERROR = "ok", "shed", "error"
 

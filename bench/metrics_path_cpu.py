@@ -5,7 +5,7 @@
     .venv/bin/python -m bench.metrics_path_cpu --threads             # + per-thread CPU of the Ray actors
 
 Set-up: a local Ray (2 CPUs, no dashboard), N simulated vLLM pods on a thread of this process
-(`simulator.start_sim_pods_in_thread`, time scale 1), and the EPP actors for them
+(`ray_epp.simulator.start_sim_pods_in_thread`, time scale 1), and the EPP actors for them
 (`actors.launcher.start_epp_actors` with the default config and default `ActorOptions`: the
 metrics actor(s) scraping every pod every 50 ms, the DatastoreActor, one ProfileActor), plus what a
 gateway replica runs to follow the datastore (serve_app's EndpointView, in an actor of its own). With
@@ -221,8 +221,9 @@ def run(
     import ray
 
     from actors import ActorOptions, PodSpec, start_epp_actors, stop_epp_actors
+    from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
+    from scheduler.config.loader import read_config_file
     from serve_app.launch import DEFAULT_CONFIG
-    from simulator import PodConfig, start_sim_pods_in_thread
 
     configs = [PodConfig(name=f"sim-{i}") for i in range(n_pods)]
     name = f"bench-mpc-{n_pods}-{os.getpid()}"
@@ -231,7 +232,7 @@ def run(
     with start_sim_pods_in_thread(configs, time_scale=1.0) as sim:
         sim_tid = sim._thread.native_id
         specs = [PodSpec(name=p.name, address=p.address, port=p.port, labels=p.labels) for p in sim.pods]
-        config = Path(DEFAULT_CONFIG).read_text()
+        config = read_config_file(DEFAULT_CONFIG)
         epp = start_epp_actors(config, specs, options=ActorOptions(datastore_name=name))
         try:
             handles = ray.get(epp.datastore.metrics_actors.remote())

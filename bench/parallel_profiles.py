@@ -4,7 +4,7 @@ actors, one round against several, and against the in-process Scheduler.
     .venv/bin/python -m bench.parallel_profiles [--endpoints 8,64,512] [--decisions 400] [--warmup 100]
                                                 [--profiles 1,2,4] [--quick] [--out DIR]
 
-* **P/D** (`configs/pd.yaml`, llm-d's sample): the disagg handler's sequential rounds (decode, then
+* **P/D** (`ray_epp/configs/pd.yaml`, llm-d's sample): the disagg handler's sequential rounds (decode, then
   prefill when the decider says yes) against `parallelStages: true` (decode and prefill in one
   round, prefill discarded when the decider says no). Three prompt kinds, each a stream of fresh
   requests (bench/scheduler_decision.py's prompt generator and endpoint pools, half the pods
@@ -68,7 +68,7 @@ from serve_app.ray_runner import RayProfileRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"
-PD_CONFIG = ROOT / "configs" / "pd.yaml"
+PD_CONFIG = ROOT / "ray_epp" / "configs" / "pd.yaml"
 NAMESPACE = "ray-epp-parallel-bench"
 TIE_SALT = 12345
 
@@ -81,7 +81,7 @@ PROMPTS = {"short": (48, 64, 0.75), "long": (8192, 64, 0.75), "long, cached": (8
 
 
 def pd_config(parallel: bool) -> dict[str, Any]:
-    """configs/pd.yaml with the disagg handler's parallelStages set."""
+    """ray_epp/configs/pd.yaml with the disagg handler's parallelStages set."""
     cfg = yaml.safe_load(PD_CONFIG.read_text())
     for plugin in cfg["plugins"]:
         if plugin["type"] == "disagg-profile-handler":
@@ -341,7 +341,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"at end {result['load_average_at_end']}; {a['decisions']} decisions per row after {a['warmup']} warm-up. "
         "Latencies in ms, p50 / p99.",
         "",
-        "**P/D (configs/pd.yaml), through the profile actors: sequential rounds vs one round**",
+        "**P/D (ray_epp/configs/pd.yaml), through the profile actors: sequential rounds vs one round**",
         "",
         "| pods | prompt | decisions | sequential | one round | one round - sequential (p50) | in-process "
         "| prefill runs seq / one round (warm-up incl.) | call pickle | load |",

@@ -4,7 +4,7 @@ The workload is llm-d's P/D guide's: long unique prompts (5,000 tokens, i.e. 20,
 the simulator's 4 characters a token) and 250 output tokens, Poisson arrivals over a ladder of rates.
 
 * `sim` — the cluster simulation (virtual time, deterministic). 8 aggregated pods (role `both`,
-  configs/default.yaml) against 8 pods split 4P+4D, 2P+6D, 6P+2D and 5P+3D (configs/pd.yaml,
+  ray_epp/configs/default.yaml) against 8 pods split 4P+4D, 2P+6D, 6P+2D and 5P+3D (ray_epp/configs/pd.yaml,
   `SchedulerRouter` answering (prefill, decode) pairs). The ladder is in fractions of the
   aggregated pool's capacity, calibrated first (see `calibrate`). Two more workloads share a long
   prefix (16 groups of 4,992 tokens) followed by a unique suffix of 8 tokens (fewer than the
@@ -12,7 +12,7 @@ the simulator's 4 characters a token) and 250 output tokens, Poisson arrivals ov
   prefix-cache scorer matches more than its default 256 blocks: the "512 blocks" variant) or 256
   tokens (a new multi-turn-like turn: disaggregated again).
 * `e2e` — the real gateway on Ray Serve (`EppDeployment`) in front of real-time simulated HTTP pods
-  on 127.0.0.1: 4 aggregated pods (configs/default.yaml) against 2P+2D (configs/pd.yaml, the
+  on 127.0.0.1: 4 aggregated pods (ray_epp/configs/default.yaml) against 2P+2D (ray_epp/configs/pd.yaml, the
   gateway's orchestrated hand-off), a few modest rates. The client streams (`stream: true`) and
   measures TTFT (first content event), ITL (mean gap between content events) and E2E, in model time
   (wall time / --time-scale); P/D decisions come from the gateway's `disagg_decision_total`. The
@@ -44,14 +44,15 @@ import yaml
 
 from bench.metrics import dist_ms
 from bench.policies.epp import SchedulerRouter
+from ray_epp.simulator import PodConfig, SimReport, SimRequest, WorkloadSpec, generate_workload, run_cluster_sim
+from ray_epp.simulator.report import OK, percentile
 from scheduler import Scheduler, load_config
+from scheduler.config.loader import read_config_file
 from serve_app.launch import DEFAULT_CONFIG
-from simulator import PodConfig, SimReport, SimRequest, WorkloadSpec, generate_workload, run_cluster_sim
-from simulator.report import OK, percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"
-PD_CONFIG = str(ROOT / "configs" / "pd.yaml")
+PD_CONFIG = str(ROOT / "ray_epp" / "configs" / "pd.yaml")
 
 PROMPT_TOKENS = 5000
 OUTPUT_TOKENS = 250
@@ -65,7 +66,7 @@ E2E_PORT = 18640  # the gateway's direct-ingress port (Serve's proxy at +88)
 
 @dataclass(frozen=True, slots=True)
 class Setup:
-    """A pool: `prefill` + `decode` pods (configs/pd.yaml) or `both` aggregated pods (default.yaml).
+    """A pool: `prefill` + `decode` pods (ray_epp/configs/pd.yaml) or `both` aggregated pods (default.yaml).
     `match_blocks` overrides the prefix-cache-scorer's maxPrefixBlocksToMatch (256 in both configs);
     `parallel_stages` sets the disagg handler's parallelStages (None: as the config has it)."""
 
@@ -89,7 +90,7 @@ class Setup:
 
     def config(self) -> dict[str, Any]:
         """The config as a dict, with the maxPrefixBlocksToMatch override applied."""
-        data = yaml.safe_load(Path(self.config_path).read_text())
+        data = yaml.safe_load(read_config_file(self.config_path))
         if self.match_blocks is not None:
             for plugin in data["plugins"]:
                 if plugin["type"] == "prefix-cache-scorer":
@@ -269,7 +270,7 @@ def calibrate(duration: float, seed: int) -> dict[str, Any]:
         "burst_estimate": estimate,
         "probes": probes,
         "method": (
-            f"{AGGREGATED_8.name} pods, configs/default.yaml: a burst of {50 * len(pods)} requests at t=0 completes "
+            f"{AGGREGATED_8.name} pods, the default config: a burst of {50 * len(pods)} requests at t=0 completes "
             f"at {estimate:.1f} req/s; Poisson probes at {offered} req/s ({duration:g} s each); capacity = the "
             f"highest rate of completions between the 50th and 95th percentile of arrival times "
             f"({best['throughput']:.1f} req/s, offered {best['offered']:.1f})"
@@ -349,8 +350,8 @@ def _e2e_setup(setup: Setup, rates: list[float], duration: float, seed: int, sca
     from actors.launcher import PodSpec
     from bench.e2e import _replay
     from bench.metrics import summarize
+    from ray_epp.simulator import start_sim_pods_in_thread
     from serve_app.launch import EppDeployment, LaunchSpec
-    from simulator import start_sim_pods_in_thread
 
     out = []
     with start_sim_pods_in_thread(setup.pods(), time_scale=scale, seed=seed) as sim:

@@ -21,7 +21,7 @@ one block of what the pod served from its cache; cache_aware predicts no token c
 requests and over those where the prediction or the pod's cache hit was not zero, and the TTFT
 p90 without queueing (`service_p90`: the floor routing alone cannot lower).
 
-`--policies` picks among epp-default (configs/default.yaml: the approximate index), epp-precise
+`--policies` picks among epp-default (ray_epp/configs/default.yaml: the approximate index), epp-precise
 (bench/configs/precise.yaml), any epp-precise-... config there (e.g. epp-precise-speculative)
 and sglang-cache-aware."""
 
@@ -42,9 +42,9 @@ from bench.tokenizer_fixture import fixture_tokenizer
 from bench.workloads import CACHE_PRESSURE, CACHE_PRESSURE_POD_BLOCKS
 from bench.workloads.drift import drift_workload
 from bench.workloads.shared_pool import is_direct, shared_pool_workload
+from ray_epp.simulator import ClusterSim, SimReport, make_pod_configs
+from ray_epp.simulator.report import OK, Dist
 from scheduler import load_config
-from simulator import ClusterSim, SimReport, make_pod_configs
-from simulator.report import OK, Dist
 
 POLICIES = ("epp-default", "epp-precise", "sglang-cache-aware")
 PRECISE = "epp-precise"  # and every policy named epp-precise-...: gets the pods' tokenizer

@@ -8,7 +8,7 @@ their KV events on ZMQ and tokenize with the bench's real tokenizer.
 Per scenario and policy, fresh pods (`bench.e2e.E2EDriver`: a simulator process, cold caches) and a
 fresh router:
 
-* `epp-default`: `epp up` with configs/default.yaml (the approximate index, learning from its own
+* `epp-default`: `epp up` with ray_epp/configs/default.yaml (the approximate index, learning from its own
   decisions);
 * `epp-precise`: `epp up` with bench/configs/precise.yaml plus a `token-producer` on the pods'
   tokenizer.json (`precise_routing.precise_config`); the pods file lists each pod's `kvEvents`

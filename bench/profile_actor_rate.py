@@ -1,5 +1,5 @@
 """How many decisions per second one profile actor sustains, with Ray EPP's default config
-(configs/default.yaml) at several pool sizes.
+(ray_epp/configs/default.yaml) at several pool sizes.
 
     .venv/bin/python -m bench.profile_actor_rate [--pods 8,64,512] [--seconds 6] [--concurrency 64]
 

@@ -17,7 +17,7 @@ from typing import Any
 from bench.drivers import ClusterSimDriver, Driver
 from bench.metrics import OK, steady_throughput
 from bench.scenarios import NEAR_SATURATION, Scenario
-from simulator.report import percentile
+from ray_epp.simulator.report import percentile
 
 CALIBRATION_POLICY = "round-robin"
 PROBE_FRACTIONS = (0.6, 0.8, 1.0, 1.2)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench import workloads as wl
-from simulator import PodConfig, SimRequest, make_pod_configs
+from ray_epp.simulator import PodConfig, SimRequest, make_pod_configs
 
 CALIBRATION_REQUESTS_PER_POD = 512  # the calibration burst: vLLM's max_num_seqs (256) x 2 per pod
 NEAR_SATURATION = 0.9

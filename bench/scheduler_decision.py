@@ -1,7 +1,7 @@
 """How long one scheduling decision takes: `Scheduler.schedule` with Ray EPP's default config
-(configs/default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3,
+(ray_epp/configs/default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3,
 prefill-eta-scorer 4, prefix-home-balance-scorer 2) or any other (`--config`, e.g.
-configs/gie-default.yaml) for 8 KB prompts, at several pool sizes.
+ray_epp/configs/gie-default.yaml) for 8 KB prompts, at several pool sizes.
 
     .venv/bin/python -m bench.scheduler_decision [--endpoints 8,64,512] [--decisions 3000] [--config F]
 
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="runs per size; the one with the lowest total p50 is shown")
     ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after the warm-up")
     ap.add_argument("--json", type=Path, help="also write the results here")
-    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the EndpointPickerConfig to time")
+    ap.add_argument("--config", default=DEFAULT_CONFIG, help="the EndpointPickerConfig to time")
     args = ap.parse_args(argv)
 
     rows = []

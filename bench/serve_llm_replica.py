@@ -2,7 +2,7 @@
 
 Same surface as LLMServer where routers see it: `chat(request)` and `completions(request)` take a
 vLLM-shaped request (dict or pydantic) and LoRA adapters load through `@serve.multiplexed`. The
-engine is the simulator's (simulator/engine.py: continuous batching, a paged KV cache with prefix
+engine is the simulator's (ray_epp/simulator/engine.py: continuous batching, a paged KV cache with prefix
 caching, LoRA slots) running in real time behind its own vLLM-shaped HTTP server on 127.0.0.1
 (`SimPod`), as vLLM runs inside an LLMServer replica; the replica forwards each request to it and
 publishes the engine's state through `record_routing_stats` (serve_app/llm_stats.py). The pod's
@@ -22,8 +22,8 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict
 from ray import serve
 
+from ray_epp.simulator import DEFAULT_MODEL, PodConfig, SimPod
 from serve_app.llm_stats import METRICS_URL_KEY, EngineStatsMixin, engine_routing_stats
-from simulator import DEFAULT_MODEL, PodConfig, SimPod
 
 MAX_LORAS = 4  # LoRA slots on the engine and adapters a replica keeps loaded (Serve's multiplex LRU)
 

@@ -6,7 +6,7 @@ deployment of `--replicas` FakeLLMServers is started with that router, the workl
 a deployment handle from this process at its Poisson arrival times (LoRA requests with
 `multiplexed_model_id`, as Ray Serve LLM's ingress does), and the deployment is deleted.
 
-Routers: `epp` (EPPRequestRouter with configs/default.yaml, or configs/lora.yaml on multi-LoRA),
+Routers: `epp` (EPPRequestRouter with ray_epp/configs/default.yaml, or ray_epp/configs/lora.yaml on multi-LoRA),
 `pow2` (Serve's default PowerOfTwoChoicesRequestRouter) and `prefix-affinity` (ray.llm's
 PrefixCacheAffinityRouter, imported from ray.llm._internal...prefix_aware, which needs no vLLM; the
 public `ray.serve.llm.request_router` re-export imports `ray.serve.llm`, which needs pyarrow).
@@ -46,8 +46,8 @@ from ray.serve.config import RequestRouterConfig
 
 from bench import workloads as wl
 from bench.serve_llm_replica import FakeLLMServer, request_model
+from ray_epp.simulator import DEFAULT_MODEL, SimRequest
 from serve_app.llm_router import ROUTER_NAMESPACE, EPPRequestRouter, read_config, router_stats
-from simulator import DEFAULT_MODEL, SimRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "bench.serve_llm_routing"  # by name, also when run as __main__ (Serve imports the classes from here)
@@ -144,8 +144,8 @@ def epp_config(workload: str, router: str = "epp") -> str:
     if router == "epp-eta":
         return "bench/configs/lora-eta.yaml" if workload == "multi-lora" else "bench/configs/default-eta.yaml"
     if router == "epp-previous":
-        return "configs/lora.yaml" if workload == "multi-lora" else "bench/configs/default-previous.yaml"
-    return "configs/lora.yaml" if workload == "multi-lora" else "configs/default.yaml"
+        return "ray_epp/configs/lora.yaml" if workload == "multi-lora" else "bench/configs/default-previous.yaml"
+    return "ray_epp/configs/lora.yaml" if workload == "multi-lora" else "ray_epp/configs/default.yaml"
 
 
 def router_config(router: str, workload: str) -> RequestRouterConfig:

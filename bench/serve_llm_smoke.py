@@ -1,5 +1,5 @@
 """Smoke test of EPPRequestRouter inside Ray Serve LLM, for a GPU machine (under 5 minutes with the
-default 0.5B model): start the OpenAI app of examples/serve_llm.py, send 20 chat requests (four
+default 0.5B model): start the OpenAI app of ray_epp.examples.serve_llm, send 20 chat requests (four
 long shared system prompts, and a LoRA adapter if `--lora-path` is given), print where each went,
 the destination spread and the router's counters.
 
@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -152,7 +151,7 @@ def start_fake(replicas: int, config: str) -> tuple[Any, str]:
     from ray import serve
 
     from bench.serve_llm_replica import FakeLLMServer
-    from examples.serve_llm import router_config
+    from ray_epp.examples.serve_llm import router_config
 
     app = serve.deployment(
         FakeLLMServer, name="FakeLLM", num_replicas=replicas, max_ongoing_requests=1000,
@@ -165,7 +164,7 @@ def start_fake(replicas: int, config: str) -> tuple[Any, str]:
 def start_real(args: argparse.Namespace) -> tuple[Any, str | None]:
     from ray import serve
 
-    from examples.serve_llm import build_app
+    from ray_epp.examples.serve_llm import build_app
 
     app = build_app(model_id=args.model_id, model_source=args.model_source, replicas=args.replicas,
                     config=args.config, lora_path=args.lora_path)  # fmt: skip
@@ -177,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fake", action="store_true", help="CPU only: simulated replicas instead of vLLM")
     ap.add_argument("--replicas", type=int, default=2)
-    ap.add_argument("--config", default="configs/default.yaml")
+    ap.add_argument("--config", default="ray_epp/configs/default.yaml")
     ap.add_argument("--model-id", default="qwen-0.5b")
     ap.add_argument("--model-source", default="Qwen/Qwen2.5-0.5B-Instruct")
     ap.add_argument("--lora-path", help="LoRA adapters' cloud path (GPU run)")
@@ -185,7 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=int(os.environ.get("EPP_TEST_PORT", "8000")))
     ap.add_argument("--address", help="an existing Ray cluster (default: start one here)")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT))  # examples/ is not a package that is installed
     from serve_app.launch import serve_fast_path_env
 
     if args.fake:

@@ -27,8 +27,15 @@ from typing import Any
 
 import aiohttp
 
-from simulator import BASELINES, DEFAULT_MODEL, WorkloadSpec, generate_workload, make_pod_configs, run_cluster_sim
-from simulator.report import percentile
+from ray_epp.simulator import (
+    BASELINES,
+    DEFAULT_MODEL,
+    WorkloadSpec,
+    generate_workload,
+    make_pod_configs,
+    run_cluster_sim,
+)
+from ray_epp.simulator.report import percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,11 +43,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def start_pods(
     n: int, time_scale: float, kv_events: bool = False
 ) -> tuple[subprocess.Popen[str], list[dict[str, Any]]]:
-    """Run `python -m simulator` in another process; returns it and its pod list."""
+    """Run `python -m ray_epp.simulator` in another process; returns it and its pod list."""
     extra = ["--kv-events"] if kv_events else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator", "--pods", str(n), "--base-port", "0", "--time-scale", str(time_scale),
-         *extra],
+        [sys.executable, "-m", "ray_epp.simulator", "--pods", str(n), "--base-port", "0",
+         "--time-scale", str(time_scale), *extra],
         cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert proc.stdout is not None

@@ -23,8 +23,8 @@ from bench.drivers import ClusterSimDriver
 from bench.metrics import Outcome
 from bench.runner import calibrate
 from bench.scenarios import SCENARIOS
-from simulator import SimRequest
-from simulator.report import OK
+from ray_epp.simulator import SimRequest
+from ray_epp.simulator.report import OK
 
 SLO_HEADER = "x-slo-ttft-ms"
 DEFAULT_POLICIES = ("epp-slo", "epp-default", "sglang-cache-aware")

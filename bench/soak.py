@@ -102,7 +102,7 @@ class Soak:
     # --- pods: one process each --------------------------------------------------------------
 
     def _pod_config(self, name: str) -> dict[str, Any]:
-        from simulator import PodConfig
+        from ray_epp.simulator import PodConfig
 
         cfg = PodConfig(name=name, max_num_seqs=self.cfg.max_num_seqs, default_max_tokens=self.cfg.max_tokens)
         return cfg.model_dump(mode="json")
@@ -111,7 +111,7 @@ class Soak:
         config = self.tmp / f"{name}.json"
         config.write_text(json.dumps([self._pod_config(name)]))
         port = self.pod_ports.setdefault(name, _free_port())
-        cmd = [sys.executable, "-m", "simulator", "--config", str(config), "--base-port", str(port)]
+        cmd = [sys.executable, "-m", "ray_epp.simulator", "--config", str(config), "--base-port", str(port)]
         log = open(self.tmp / f"{name}.log", "a")  # noqa: SIM115 - the process keeps it
         self.pod_procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         _wait_http(f"http://127.0.0.1:{port}/health", 60)
@@ -425,7 +425,7 @@ class Soak:
 def engine_capacity(cfg: SoakConfig) -> float:
     """Requests a second the pods can finish by the simulator's engine model (TimingConfig):
     a full batch of max_num_seqs decoding max_tokens steps, plus each prompt's prefill."""
-    from simulator import CHARS_PER_TOKEN, TimingConfig
+    from ray_epp.simulator import CHARS_PER_TOKEN, TimingConfig
 
     t = TimingConfig()
     prompt_tokens = cfg.prompt_chars / CHARS_PER_TOKEN

@@ -207,7 +207,7 @@ CHECKS: dict[str, Callable[[dict[str, Any]], list[Verdict]]] = {
     "multi-lora": check_multi_lora,
     "overload": lambda result: [
         *check_overload(result),
-        # configs/priority.yaml, written for mixed-priority pools, is held to the target when it ran
+        # ray_epp/configs/priority.yaml, written for mixed-priority pools, is held to the target when it ran
         *(check_overload(result, "epp-priority") if "epp-priority" in result.get("policies", ()) else []),
     ],
     "uniform": check_uniform,

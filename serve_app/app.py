@@ -1,9 +1,9 @@
 """The gateway as a Ray Serve application builder, for `serve run` and Serve config files:
 
-    RAY_SERVE_THROUGHPUT_OPTIMIZED=1 serve run serve_app.app:build_app config=configs/default.yaml pods=pods.yaml
-    serve run examples/serve_config.yaml
+    RAY_SERVE_THROUGHPUT_OPTIMIZED=1 serve run serve_app.app:build_app config=default pods=pods.yaml
+    serve run ray_epp/examples/serve_config.yaml
 
-Args: `config` (EndpointPickerConfig path, default configs/default.yaml), `pods` (pods file,
+Args: `config` (a shipped config's name, a path or YAML text; default `default`), `pods` (pods file,
 required), `settings` (gateway settings YAML, optional), `replicas` (default 1), `host` and `port`
 (the address every replica serves itself, default 127.0.0.1:8000; `port: none` leaves only Serve's
 proxy), `profile_shards` (actors per scheduling profile, default 1), `detached` (default true: the
@@ -19,6 +19,8 @@ from ray.serve import Application
 
 from actors.launcher import ActorOptions, load_pods_file, start_epp_actors
 from actors.metrics_hub import get_or_create_hub
+from actors.package_check import require_package_on_every_node
+from ray_epp import __version__
 from scheduler import dump_config, load_config_file
 from serve_app.gateway import Gateway
 from serve_app.launch import DEFAULT_CONFIG
@@ -32,6 +34,7 @@ def build_app(args: dict[str, Any]) -> Application:
     settings = load_settings_file(args["settings"]) if args.get("settings") else GatewaySettings()
     detached = str(args.get("detached", "true")).lower() in ("1", "true", "yes")
     options = ActorOptions(detached=detached, profile_shards=int(args.get("profile_shards", 1)))
+    require_package_on_every_node(__version__)  # before anything is placed on a node that lacks it
     actors = start_epp_actors(dump_config(cfg), load_pods_file(args["pods"]), options=options)
     port = str(args.get("port", 8000)).lower()
     ingress = None if port in ("none", "0", "") else {"host": args.get("host") or "127.0.0.1", "port": int(port)}

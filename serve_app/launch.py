@@ -80,7 +80,8 @@ class LaunchError(RuntimeError):
 
 
 class LaunchSpec(BaseModel):
-    """What to bring up. Config: `config` (a dict) or `config_path` (default configs/default.yaml).
+    """What to bring up. Config: `config` (a dict) or `config_path` (a shipped config's name, a path
+    or YAML text; default `default`).
     Pods: `pods` (PodSpecs) or `pods_path`, else `sim_pods` simulated pods. Settings: `settings`
     or `settings_path`. `address`: join that Ray cluster instead of starting a local one."""
 
@@ -107,6 +108,9 @@ class LaunchSpec(BaseModel):
     # ActorOptions fields (actors/options.py), e.g. {"metrics_actor_scope": "pod"}
     actor_options: dict | None = None
     app_name: str = "epp"
+    # Ray's dashboard on 127.0.0.1 with a Ray we start (`ray list`, `serve status` and the web UI
+    # need it); a joined cluster keeps what it has.
+    dashboard: bool = False
 
     @property
     def serve_proxy_port(self) -> int:
@@ -143,14 +147,14 @@ class EppDeployment:
         dep = cls(pods=pod_specs, actors=None, hub=None, url=f"http://{spec.host}:{spec.port}", sim=sim)
         dep.app_name = spec.app_name
         try:
-            dep._start_ray(spec.address)
+            dep._start_ray(spec.address, spec.dashboard)
             dep._deploy(spec, cfg, gw_settings)
         except BaseException:
             dep.stop()
             raise
         return dep
 
-    def _start_ray(self, address: str | None) -> None:
+    def _start_ray(self, address: str | None, dashboard: bool = False) -> None:
         import ray
 
         if ray.is_initialized():
@@ -162,7 +166,8 @@ class EppDeployment:
             os.environ.setdefault("RAY_task_events_max_num_task_in_gcs", str(GCS_TASK_EVENTS_KEPT))
             ray.init(
                 num_cpus=os.cpu_count() or 2,
-                include_dashboard=False,
+                include_dashboard=dashboard,
+                dashboard_host="127.0.0.1",
                 log_to_driver=False,
                 _node_ip_address="127.0.0.1",
                 namespace="ray-epp",
@@ -181,6 +186,14 @@ class EppDeployment:
         from serve_app.gateway import Gateway
 
         options = {**(spec.actor_options or {}), "profile_shards": spec.profile_shards}
+        if not self.owns_ray:  # a cluster of other machines: each node must have the package
+            from actors.package_check import PackageMissing, require_package_on_every_node
+            from ray_epp import __version__
+
+            try:
+                require_package_on_every_node(__version__)
+            except PackageMissing as err:
+                raise LaunchError(str(err)) from None
         if spec.watch_pods:
             source = {"kind": "file", "path": str(Path(spec.pods_path or "").resolve())}
             self.actors = start_epp_actors(dump_config(cfg), [], options=options, pod_sources=[source])
@@ -244,12 +257,12 @@ class EppDeployment:
                 self.sim.stop()
 
 
-DEFAULT_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
+DEFAULT_CONFIG = "default"  # the shipped config of that name (scheduler/config/source.py)
 
 
 def _start_sim(n: int, time_scale: float, overrides: dict) -> tuple[Any, list[Any]]:
     from actors.launcher import PodSpec
-    from simulator import start_sim_pods_in_thread
+    from ray_epp.simulator import start_sim_pods_in_thread
 
     sim = start_sim_pods_in_thread(n, time_scale=time_scale, **overrides)
     specs = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]

@@ -28,7 +28,7 @@ fallback is counted (`router_stats()`); a request is never lost to the router.
 Use it as Serve users do:
 
     RequestRouterConfig(request_router_class="serve_app.llm_router:EPPRequestRouter",
-                        request_router_kwargs={"config": "configs/default.yaml"})
+                        request_router_kwargs={"config": "ray_epp/configs/default.yaml"})
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ from serve_app.llm_first_token import FirstTokenInference
 from serve_app.llm_mirror import RouterMirror
 from serve_app.llm_requests import body_of, request_of
 from serve_app.llm_router_config import (
-    DEFAULT_CONFIG,
     RouterConfigError,
     check_router_config,
     read_config,
@@ -419,7 +418,6 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
 _routers = routers  # the name tests and benchmarks used before the stats had their own module
 __all__ = [
-    "DEFAULT_CONFIG",
     "EPPRequestRouter",
     "RoutedRequest",
     "RouterConfigError",

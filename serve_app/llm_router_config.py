@@ -19,19 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from actors.options import ActorOptions, with_data_layer
-from scheduler import EndpointPickerConfig, load_config
+from scheduler import EndpointPickerConfig, load_config, load_config_file
 from scheduler.config.sections import ENDPOINT_NOTIFICATIONS, METRICS_SOURCE, data_layer_actor_options
+from scheduler.config.source import DEFAULT_CONFIG_NAME, config_source, is_config_text, shipped_config_names
 from scheduler.interfaces import KVEventSink
 from scheduler.registry import plugin_class
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
 ROUTER_SCRAPE_INTERVAL_S = 0.1  # the router's own default: a request reads the page, not a snapshot
 
 KV_EVENTS_WHY = (
     "KV events can not reach a Serve request router: a replica publishes no KV-event endpoint and "
     "the router's profile actors follow no pods, so every replica would be scored by the approximate "
-    "index; use prefix-cache-scorer's approximate index (configs/default.yaml) in Serve, or the "
+    "index; use prefix-cache-scorer's approximate index (the `default` config) in Serve, or the "
     "gateway (`epp serve`) for precise prefix routing"
 )
 TOKENS_WHY = (
@@ -46,15 +45,23 @@ class RouterConfigError(ValueError):
 
 
 def read_config(config: str | dict[str, Any] | EndpointPickerConfig | None) -> EndpointPickerConfig:
-    """A config from a file path, YAML text, a dict or a config; None: Ray EPP's default."""
+    """A config from a shipped config's name, a path (relative: to the replica's working directory,
+    which is the runtime_env's working_dir when it has one), YAML text, a dict or a config; None:
+    the shipped `default`."""
     if config is None:
-        return load_config(DEFAULT_CONFIG.read_text())
-    if isinstance(config, str) and "\n" not in config and config.strip().endswith((".yaml", ".yml", ".json")):
-        path = Path(config)
-        if not path.is_absolute() and not path.exists():
-            path = ROOT / config  # relative to the project
-        return load_config(path.read_text())
+        config = DEFAULT_CONFIG_NAME
+    if isinstance(config, str | Path):
+        return load_config_file(config)
     return load_config(config)
+
+
+def portable_config(config: str) -> str:
+    """`request_router_kwargs["config"]` that means the same on every replica: a shipped config's
+    name and YAML text as they are, a path read now (relative to this process's working directory)
+    and passed on as its YAML text. Raises ConfigError naming the path tried."""
+    if is_config_text(config) or config in shipped_config_names():
+        return config
+    return config_source(config)[0]
 
 
 def refusals(cfg: EndpointPickerConfig) -> list[str]:

@@ -1,11 +1,12 @@
 """`epp up`: start Ray (or join one), the actors and the gateway; Ctrl-C stops it all.
 
-With no arguments: a local Ray on 127.0.0.1, 4 simulated vLLM pods, configs/default.yaml, the
+With no arguments: a local Ray on 127.0.0.1, 4 simulated vLLM pods, the shipped `default` config, the
 gateway on 127.0.0.1:8000."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -15,7 +16,12 @@ from serve_app.launch import DEFAULT_CONFIG
 
 
 def add_up_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="EndpointPickerConfig YAML (default: %(default)s)")
+    p.add_argument(
+        "--config",
+        default=DEFAULT_CONFIG,
+        help="EndpointPickerConfig: a shipped config's name (default, gie-default, pd, lora, ...), a path "
+        "or YAML text (default: %(default)s)",
+    )
     p.add_argument(
         "--pods",
         help="pods file (YAML/JSON list of {name, address, port, labels}); without it, simulated pods are started",
@@ -55,6 +61,12 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
         default="node",
         help="one metrics actor per Ray node's pods (default) or one per pod",
     )
+    p.add_argument(
+        "--dashboard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Ray's dashboard on 127.0.0.1 with the local Ray (default on; needed by `ray list` and `serve status`)",
+    )
     p.add_argument("--exit-after", type=float, default=None, help=argparse.SUPPRESS)  # for tests: stop after N s
 
 
@@ -76,6 +88,7 @@ def run_up(args: argparse.Namespace) -> int:
             profile_shards=args.profile_shards,
             proxy_port=args.proxy_port,
             actor_options={"metrics_actor_scope": args.metrics_actor_scope},
+            dashboard=args.dashboard,
         )
         deployment = EppDeployment.start(spec)
     except (LaunchError, ValueError) as err:  # pydantic's ValidationError is a ValueError
@@ -89,19 +102,43 @@ def run_up(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     url = deployment.url
     model = deployment.example_model()
+    access = _operator_access(deployment, args.port)
     print(
         f"""
 Ray EPP is up: {url}  ({len(deployment.pods)} pods, {args.replicas} gateway replica(s), config {args.config})
   curl -s {url}/v1/completions -H 'content-type: application/json' \\
     -d '{{"model": "{model}", "prompt": "Hello, my name is", "max_tokens": 16}}'
   metrics: {url}/metrics   ready: {url}/ready   models: {url}/v1/models
-Ctrl-C stops everything.""",
+{access}Ctrl-C stops everything.""",
         flush=True,
     )
-    _wait(stop, deployment, args.exit_after)
-    print("epp up: shutting down", flush=True)
-    deployment.stop()
+    try:
+        _wait(stop, deployment, args.exit_after)
+    finally:
+        print("epp up: shutting down", flush=True)
+        if deployment.owns_ray:
+            from serve_app.operator_access import remove_access
+
+            remove_access(args.port, os.getpid())
+        deployment.stop()
     return 0
+
+
+def _operator_access(deployment, port: int) -> str:
+    """The console lines for `ray status`, `ray list actors`, `serve status` and a Python driver
+    (serve_app/operator_access.py), and the file `epp env` reads; none for a joined cluster,
+    whose operators already reach it."""
+    if not deployment.owns_ray:
+        return ""
+    from serve_app.operator_access import current_access, write_access
+
+    access = current_access()
+    write_access(port, access)
+    dashboard = f"  dashboard: {access.dashboard_url}\n" if access.dashboard_url else ""
+    return (
+        f"{dashboard}  Ray tools (ray status, ray list actors, serve status, ray.init()) from another shell:\n"
+        f"    eval \"$(epp env --port {port})\"    # that is: {access.shell_line()}\n"
+    )
 
 
 def _wait(stop: threading.Event, deployment, exit_after: float | None) -> None:

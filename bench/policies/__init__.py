@@ -1,10 +1,10 @@
 """Routing policies for the benchmarks, by name: ours (any EndpointPickerConfig) and the peers.
 
-* `epp-<name>`: our Scheduler with configs/<name>.yaml (`epp-default`, `epp-gie-default`,
+* `epp-<name>`: our Scheduler with ray_epp/configs/<name>.yaml (`epp-default`, `epp-gie-default`,
   `epp-legacy-filter-tree`, `epp-lora`, `epp-pd`), or with an experiment from
   bench/configs/<name>.yaml (`epp-strict-admission`), or `epp:<path to a config>`; with the
   gateway's admission.
-* `round-robin`, `random`, `least-queue`: the simulator's baselines (simulator/baselines.py).
+* `round-robin`, `random`, `least-queue`: the simulator's baselines (ray_epp/simulator/baselines.py).
 * `power-of-two`: Ray Serve's default router (with its multiplexed-model preference for LoRA).
 * `ray-prefix-affinity`: ray.llm's PrefixCacheAffinityRouter, defaults.
 * `sglang-cache-aware`: sglang-router's (and vllm-router's) cache_aware, defaults.
@@ -21,10 +21,10 @@ from bench.policies.epp import SchedulerRouter, prefill_target
 from bench.policies.ray_serve import RayPowerOfTwo, RayPrefixCacheAffinity
 from bench.policies.sglang import SGLangCacheAware
 from bench.policies.text_tree import TextPrefixTree
-from simulator import LeastQueue, RandomRouter, RoundRobin
+from ray_epp.simulator import LeastQueue, RandomRouter, RoundRobin
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ROOT / "configs"  # the shipped configs
+CONFIGS = ROOT / "ray_epp" / "configs"  # the shipped configs
 EXPERIMENTS = ROOT / "bench" / "configs"  # benchmark-only variants, each says why it exists
 OURS = "epp"
 
@@ -43,7 +43,7 @@ def is_ours(name: str) -> bool:
 
 
 def config_path(name: str) -> Path:
-    """configs/<x>.yaml (else bench/configs/<x>.yaml) for `epp-<x>`, the path itself for `epp:<path>`."""
+    """ray_epp/configs/<x>.yaml (else bench/configs/<x>.yaml) for `epp-<x>`, the path itself for `epp:<path>`."""
     if name.startswith(OURS + ":"):
         return Path(name[len(OURS) + 1 :])
     stem = name[len(OURS) + 1 :]

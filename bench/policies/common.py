@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from simulator import PodView, RequestResult, SimRequest
+from ray_epp.simulator import PodView, RequestResult, SimRequest
 
 
 def serving(pods: list[PodView]) -> list[PodView]:

@@ -28,7 +28,7 @@
 * KV events: when the config has a KVEventSink (`precise-prefix-cache-producer`), the router has
   `on_kv_events`, so the simulation turns its pods' events on and delivers each step's batch in
   virtual time (a pod is `live` from its first batch); each request carries the token ids a
-  simulated pod without a tokenizer sees (`simulator.tokens.token_ids`), unless the config has a
+  simulated pod without a tokenizer sees (`ray_epp.simulator.tokens.token_ids`), unless the config has a
   `token-producer`, which then tokenizes as in the gateway (pods with a `tokenizer` need one).
 * Predictions: for every completed request, the prefix match the scheduler attached to its target
   (PREFIX_MATCH_KEY) against the tokens the pod really served from its cache (`predictions`:
@@ -41,6 +41,8 @@ import math
 import random
 from pathlib import Path
 
+from ray_epp.simulator import HOLD, PodView, RequestResult, RouteDecision, SimRequest
+from ray_epp.simulator.tokens import token_ids
 from scheduler import Endpoint, EndpointPickerConfig, LLMRequest, Metrics, Scheduler, SchedulingError, load_config_file
 from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.errors import ErrorCode
@@ -52,8 +54,6 @@ from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
 from scheduler.plugins.support.prefix.precise_index import LIVE
 from scheduler.plugins.support.tokenized import set_memo_tokens
 from scheduler.types import SchedulingResult
-from simulator import HOLD, PodView, RequestResult, RouteDecision, SimRequest
-from simulator.tokens import token_ids
 
 # Virtual time + this is what the scheduler's clocks read: update_time 0 means "not tracked".
 VIRTUAL_EPOCH = 1_000_000.0

@@ -26,7 +26,7 @@ from collections import OrderedDict
 
 from bench.policies.common import InFlight, request_text, serving
 from bench.policies.text_tree import TextPrefixTree
-from simulator import DEFAULT_MODEL, PodView, SimRequest
+from ray_epp.simulator import DEFAULT_MODEL, PodView, SimRequest
 
 DEFAULT_SLOTS = 4
 

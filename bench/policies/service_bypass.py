@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from bench.workloads.shared_pool import is_direct
-from simulator import PodView, RequestResult, RouteDecision, SimRequest
+from ray_epp.simulator import PodView, RequestResult, RouteDecision, SimRequest
 
 
 class ServiceBypass:

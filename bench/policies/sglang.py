@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from bench.policies.common import InFlight, request_text, serving
 from bench.policies.text_tree import TextPrefixTree
-from simulator import PodView, SimRequest
+from ray_epp.simulator import PodView, SimRequest
 
 
 class SGLangCacheAware(InFlight):

@@ -10,8 +10,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from simulator import DEFAULT_MODEL, SimRequest
-from simulator.workload import poisson_arrivals, random_text, zipf_weights
+from ray_epp.simulator import DEFAULT_MODEL, SimRequest
+from ray_epp.simulator.workload import poisson_arrivals, random_text, zipf_weights
 
 __all__ = [
     "DEFAULT_MODEL",

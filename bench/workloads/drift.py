@@ -29,7 +29,7 @@ import random
 from bench.tokenizer_fixture import CORPUS
 from bench.workloads.common import completion_request, poisson_arrivals, random_words, seeded
 from bench.workloads.shared_prefix import CACHE_PRESSURE, SharedPrefixSpec
-from simulator import SimRequest
+from ray_epp.simulator import SimRequest
 
 CHARS_ESTIMATE = 4  # the router's characters per token: what the lengths are given in
 _WORDS = " ".join(CORPUS).split()

@@ -31,7 +31,7 @@ from __future__ import annotations
 from bench.workloads.common import seeded
 from bench.workloads.drift import drift_workload
 from bench.workloads.shared_prefix import CACHE_PRESSURE, SharedPrefixSpec
-from simulator import SimRequest
+from ray_epp.simulator import SimRequest
 
 DIRECT_SHARE = 1 / 3  # of all requests: sent to the pods' Service, not the gateway
 TRAFFIC_HEADER = "x-bench-traffic"  # the workload's mark; no router reads it

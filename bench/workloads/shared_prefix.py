@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.workloads.common import completion_request, poisson_arrivals, random_text, seeded
-from simulator import SimRequest
+from ray_epp.simulator import SimRequest
 
 LLMD_SCALE = 0.5
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.workloads.common import WorkloadUnavailable, completion_request, seeded
-from simulator import SimRequest, count_tokens, flatten_messages
+from ray_epp.simulator import SimRequest, count_tokens, flatten_messages
 
 _SEPARATORS = re.compile(r"[\s,]*")
 _ROLES = {"human": "user", "gpt": "assistant"}

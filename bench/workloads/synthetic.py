@@ -17,7 +17,7 @@ from bench.workloads.common import (
     seeded,
     zipf_weights,
 )
-from simulator import SimRequest
+from ray_epp.simulator import SimRequest
 
 CRITICAL, SHEDDABLE = 1, -1
 

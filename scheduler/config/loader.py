@@ -25,6 +25,7 @@ from scheduler.config.models import EndpointPickerConfig, PluginSpec, ProfilePlu
 from scheduler.config.nesting import MAX_FILE_NESTING, nests_deeper_than
 from scheduler.config.refused import refusal
 from scheduler.config.sections import check_sections
+from scheduler.config.source import config_source
 from scheduler.errors import ConfigError
 from scheduler.interfaces import (
     FairnessPolicy,
@@ -48,17 +49,14 @@ DEFAULT_WEIGHT = 1.0
 PROFILE_ROLES = (Filter, Scorer, Picker)
 
 
-def load_config_file(path: str | Path) -> EndpointPickerConfig:
-    return load_config(read_config_file(path))
+def load_config_file(spec: str | Path) -> EndpointPickerConfig:
+    """A config by name (`default`, `pd`, ...), path or YAML text, validated."""
+    return load_config(read_config_file(spec))
 
 
-def read_config_file(path: str | Path) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError as err:
-        raise ConfigError([f"can not read config file {str(path)!r}: {err.strerror}"]) from None
-    except UnicodeDecodeError as err:
-        raise ConfigError([f"config file {str(path)!r} is not UTF-8 text: {err}"]) from None
+def read_config_file(spec: str | Path) -> str:
+    """A config's text from a shipped config's name, a path or YAML text (config/source.py)."""
+    return config_source(spec)[0]
 
 
 def load_config(source: str | dict[str, Any] | EndpointPickerConfig) -> EndpointPickerConfig:

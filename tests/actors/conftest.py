@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator import PodConfig, start_sim_pods_in_thread
+from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
 from tests.actors.support import BLOCKS
 
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from actors import PodSpec
 from actors.kv_event_feeds import KVEventFeeds, event_addresses
 from actors.options import KV_EVENTS_LABEL, KV_REPLAY_LABEL
-from kvevents import BlockStored, KVEventBatch, ZmqEventPublisher
+from ray_epp.kvevents import BlockStored, KVEventBatch, ZmqEventPublisher
 from scheduler import Endpoint, Scheduler, load_config
 from scheduler.interfaces import kv_event_sinks
 

@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 from actors import PodSpec, ProfileCall, start_epp_actors, stop_epp_actors  # noqa: E402
 from actors.protocol import ProfileEvent, for_scheduling  # noqa: E402
 from bench.tokenizer_fixture import make_tokenizer  # noqa: E402
-from kvevents import BlockStored, KVEventBatch, ZmqEventPublisher  # noqa: E402
+from ray_epp.kvevents import BlockStored, KVEventBatch, ZmqEventPublisher  # noqa: E402
 from scheduler import CycleState, LLMRequest, SchedulingResult  # noqa: E402
 from scheduler.plugins.support.tokenizer_backends import LocalTokenizer  # noqa: E402
 from tests.actors.support import MODEL, fast_options, wait_for  # noqa: E402
@@ -109,7 +109,7 @@ def test_llm_d_precise_sample_with_its_data_layer_runs_on_the_actors(ray_session
     endpoint-notification source says), and requests go to the pod whose events hold the prompt."""
     from pathlib import Path
 
-    from simulator.tokens import token_ids
+    from ray_epp.simulator.tokens import token_ids
 
     sample = Path(__file__).parents[1] / "fixtures" / "llm-d" / "epp-precise-prefix-cache-config.yaml"
     # the two values the sample asks to set: the model and its server (a simulated pod's /tokenize)

@@ -14,8 +14,8 @@ from actors.report_batcher import ReportAbandoned, ReportBatcher
 from actors.scrape_report import ScrapeReport
 from actors.scrape_rules import after_scrape
 from actors.scraper import PodScraper
+from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
 from scheduler import Metrics
-from simulator import PodConfig, start_sim_pods_in_thread
 
 
 def test_after_scrape_keeps_the_tick_grid():

@@ -8,7 +8,7 @@ import pytest
 
 from actors.options import ActorOptions, PodSpec
 from actors.scraper import PodScraper, model_ids, served_models
-from simulator import PodConfig, start_sim_pods_in_thread
+from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator import DEFAULT_MODEL, PodView, SimRequest
+from ray_epp.simulator import DEFAULT_MODEL, PodView, SimRequest
 
 
 def pods(*names: str, role: str = "both", **metrics: Any) -> list[PodView]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bench import workloads as wl
 from bench.scenarios import SCENARIOS
-from simulator import ClusterSim, RoundRobin
+from ray_epp.simulator import ClusterSim, RoundRobin
 
 
 def test_prefixes_are_two_to_four_times_the_pools_cache_and_pods_evict() -> None:

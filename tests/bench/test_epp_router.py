@@ -5,8 +5,8 @@ from __future__ import annotations
 from bench.drivers import ClusterSimDriver
 from bench.policies import SchedulerRouter, config_path, make_policy
 from bench.policies.epp import VIRTUAL_EPOCH
+from ray_epp.simulator import PodView, make_pod_configs
 from scheduler import Scheduler
-from simulator import PodView, make_pod_configs
 
 from . import helpers
 from .helpers import SYSTEM, pods, req

@@ -10,12 +10,12 @@ import pytest
 
 from bench.flow_control import jain, max_min_shares, workload
 from bench.policies.epp import SchedulerRouter
+from ray_epp.simulator import HOLD, make_pod_configs, run_cluster_sim
+from ray_epp.simulator.report import OK
 from scheduler.flowcontrol.types import Outcome
-from simulator import HOLD, make_pod_configs, run_cluster_sim
-from simulator.report import OK
 
 ROOT = Path(__file__).resolve().parents[2]
-SHED_ONLY = ROOT / "configs/priority.yaml"
+SHED_ONLY = ROOT / "ray_epp/configs/priority.yaml"
 FLOW = ROOT / "bench/configs/flow-control.yaml"
 FLOW_STRICT = ROOT / "bench/configs/flow-control-strict.yaml"
 CAPACITY_4_PODS = 115.0  # about half the 8-pod capacity in docs/BENCHMARKS.md

@@ -21,7 +21,7 @@ from bench.pd_benchmark import (
     sim_markdown,
     sim_row,
 )
-from simulator import DEFAULT_MODEL, SimRequest
+from ray_epp.simulator import DEFAULT_MODEL, SimRequest
 from tests.bench.helpers import pods
 
 METRICS_PAGE = """# HELP disagg_decision_total Prefill/decode disaggregation decisions.
@@ -81,7 +81,7 @@ def test_setup_names_pods_and_config_override():
 
 @pytest.mark.parametrize(("match_blocks", "second"), [(None, PD), (512, DECODE_ONLY)])
 def test_a_cached_5000_token_prefix_is_decode_only_only_past_the_256_block_cap(match_blocks, second):
-    """configs/pd.yaml matches at most 256 blocks (4,096 tokens): a 5,000-token prompt always has
+    """ray_epp/configs/pd.yaml matches at most 256 blocks (4,096 tokens): a 5,000-token prompt always has
     >= 16 'uncached' tokens, however much of it the decode pod holds."""
     router = Setup(1, 1, match_blocks=match_blocks).router()
     views = pods("prefill-0", role="prefill") + pods("decode-0", role="decode")

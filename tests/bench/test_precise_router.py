@@ -5,7 +5,7 @@ predicted cached tokens against what the pods served from their caches."""
 from __future__ import annotations
 
 from bench.policies import make_policy
-from simulator import DEFAULT_MODEL, ClusterSim, SimRequest, make_pod_configs
+from ray_epp.simulator import DEFAULT_MODEL, ClusterSim, SimRequest, make_pod_configs
 
 SYSTEM = "a shared system prompt that spans several cache blocks of sixteen tokens each. " * 8
 

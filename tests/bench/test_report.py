@@ -12,8 +12,8 @@ from bench.report import markdown, write_report
 from bench.runner import RateSpec, calibrate, run_sweep
 from bench.scenarios import SCENARIOS, Scenario
 from bench.workloads import random_prompt_workload, uniform_spec
+from ray_epp.simulator import make_pod_configs
 from serve_app.cli import main as epp_main
-from simulator import make_pod_configs
 
 
 def tiny_scenario(**kw) -> Scenario:
@@ -177,7 +177,7 @@ def test_overload_targets():
     assert passed(targets.check(result)) == [True, True]
     result["runs"][1]["metrics"]["by_priority"] = prio(250, 1, 6)
     assert passed(targets.check(result)) == [False, False]
-    # configs/priority.yaml is held to the same target when the run has it
+    # ray_epp/configs/priority.yaml is held to the same target when the run has it
     both = fake_result({"epp-default": {}, "epp-priority": {}}, "overload", fractions=(0.5, 1.5))
     both["policies"] = ["epp-default", "epp-priority"]
     for run, (ttft, crit_shed) in zip(both["runs"], [(100, 0), (100, 0), (250, 0), (150, 0)], strict=True):

@@ -8,7 +8,7 @@ from bench.metrics import Outcome
 from bench.policies import make_policy
 from bench.scenarios import SCENARIOS
 from bench.slo_attainment import SLO_HEADER, attainment, run, slo_workload, verdicts
-from simulator import run_cluster_sim
+from ray_epp.simulator import run_cluster_sim
 
 
 def test_every_third_request_carries_the_target():

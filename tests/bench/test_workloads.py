@@ -11,7 +11,7 @@ import pytest
 
 from bench import workloads as wl
 from bench.workloads import sharegpt as sharegpt_mod
-from simulator import DEFAULT_MODEL, count_tokens
+from ray_epp.simulator import DEFAULT_MODEL, count_tokens
 
 
 def prompts(reqs):

@@ -1,7 +1,7 @@
 """deploy/rayservice.yaml is a KubeRay RayService whose embedded Serve config is one Serve accepts
 (ray.serve.schema.ServeDeploySchema, what `serve deploy` and KubeRay's PUT check) and whose
-application builds: `serve_app.app:build_app` with the manifest's args (its container paths mapped
-onto this checkout and the ConfigMap's pods file) returns the gateway application, in the test Ray.
+application builds: `serve_app.app:build_app` with the manifest's args (the ConfigMap's pods file
+in a temporary folder) returns the gateway application, in the test Ray.
 The app is built, not run: no port is bound and the pods (cluster DNS names) are never reached."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from ray.serve.schema import ServeDeploySchema
 from actors.launcher import parse_pods
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE_CHECKOUT = "/home/ray/ray-epp"  # where the manifest's image holds this project
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +75,6 @@ def test_its_application_builds(ray_session, serve_config, manifests, tmp_path):
     pods_file = tmp_path / "pods.yaml"
     pods_file.write_text(manifests["ConfigMap"]["data"]["pods.yaml"])
     args = dict(app.args)
-    args["config"] = args["config"].replace(IMAGE_CHECKOUT, str(ROOT))
     args["pods"] = str(pods_file)
     args["detached"] = "false"  # the test's actors die with the test session if cleanup below fails
     try:

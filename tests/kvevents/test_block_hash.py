@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvevents import BlockHasher, external_hash
+from ray_epp.kvevents import BlockHasher, external_hash
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "kvevents" / "vllm_block_hashes.json"
 CASES = json.loads(FIXTURE.read_text())["cases"]

@@ -5,7 +5,15 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from kvevents import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch, WireError, decode_batch, encode_batch
+from ray_epp.kvevents import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVEventBatch,
+    WireError,
+    decode_batch,
+    encode_batch,
+)
 
 
 # The schema vLLM declares (vllm/distributed/kv_events.py): array-like, tagged, omit_defaults.

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import zmq
 
-from kvevents import (
+from ray_epp.kvevents import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,

@@ -192,7 +192,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import start_sim_pods_in_thread
+    from ray_epp.simulator import start_sim_pods_in_thread
 
     with start_sim_pods_in_thread(4, time_scale=1.0, seed=11) as pods:
         yield pods

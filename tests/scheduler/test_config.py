@@ -20,7 +20,7 @@ from scheduler import (
 from scheduler.plugins.handlers.single_profile import SingleProfileHandler
 from scheduler.plugins.pickers.max_score import MaxScorePicker
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "ray_epp" / "configs"
 
 
 def profile_refs(cfg, name):
@@ -144,9 +144,14 @@ def test_config_errors_name_plugin_and_field(text, expected):
     assert "Traceback" not in message
 
 
-def test_unreadable_file_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="can not read config file"):
+def test_a_missing_file_is_a_config_error_naming_the_path(tmp_path):
+    with pytest.raises(ConfigError, match=f"no file at '{tmp_path / 'nope.yaml'}'"):
         load_config_file(tmp_path / "nope.yaml")
+
+
+def test_an_unreadable_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="can not read config file"):
+        load_config_file(tmp_path)  # a folder
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)

@@ -1,4 +1,4 @@
-"""configs/legacy-filter-tree.yaml through Scheduler.from_config(load_config(text)) behaves as the
+"""ray_epp/configs/legacy-filter-tree.yaml through Scheduler.from_config(load_config(text)) behaves as the
 original GIE scheduler (pkg/epp/scheduling/scheduler.go and filter.go at a70d66e5): its TestFilter / TestSchedule
 scenarios, hand-worked paths through every branch, and agreement with a direct transcription of
 that Go filter tree on random pools."""
@@ -13,7 +13,7 @@ import pytest
 from scheduler import ErrorCode, Scheduler, SchedulingError, load_config
 from tests.scheduler.helpers import endpoint, fresh_state, names, request
 
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "legacy-filter-tree.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "ray_epp" / "configs" / "legacy-filter-tree.yaml"
 CRITICAL, STANDARD, SHEDDABLE = 1, 0, -1
 AFFINITY, AVAILABLE = 0.5, 0.9995  # LoRA draws below / above the 0.999 threshold
 

@@ -1,4 +1,4 @@
-"""configs/lora.yaml: the adapter's location first (as reported or as remembered), load among the
+"""ray_epp/configs/lora.yaml: the adapter's location first (as reported or as remembered), load among the
 servers holding it, a popular adapter spreads to free slots, saturation spills (utilization-detector
 filter + lora-residency / prefill-backlog / queue / kv-cache scorers)."""
 
@@ -10,7 +10,7 @@ import pytest
 from scheduler import Scheduler, load_config_file
 from tests.scheduler.helpers import endpoint, request
 
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lora.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "ray_epp" / "configs" / "lora.yaml"
 
 
 def pod(name, q, kv, active=(), max_active=2, **extra):

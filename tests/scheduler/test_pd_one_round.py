@@ -1,5 +1,5 @@
 """P/D in one round (`parallelStages`) decides exactly as the sequential rounds: the same request
-stream through two in-process Schedulers built from configs/pd.yaml (plus prefill-backlog-scorer,
+stream through two in-process Schedulers built from ray_epp/configs/pd.yaml (plus prefill-backlog-scorer,
 whose ledger is the other stateful plugin) gives the same decisions, the same prefix index and the
 same ledger, while the one-round scheduler really runs prefill beside decode and discards it."""
 
@@ -21,7 +21,7 @@ from scheduler.registry import register
 from scheduler.trace import SchedulingTrace
 from scheduler.types import ProfileRunResult, SchedulingResult
 
-PD_YAML = Path(__file__).resolve().parents[2] / "configs" / "pd.yaml"
+PD_YAML = Path(__file__).resolve().parents[2] / "ray_epp" / "configs" / "pd.yaml"
 ROLE = "llm-d.ai/role"
 
 

@@ -1,4 +1,4 @@
-"""P/D end to end: configs/pd.yaml (llm-d's sample) through Scheduler.from_config(load_config(...)),
+"""P/D end to end: ray_epp/configs/pd.yaml (llm-d's sample) through Scheduler.from_config(load_config(...)),
 with the real prefix-cache scorer learning each decision (the Scheduler runs pre_request), and llm-d's
 disagg scheduler_test.go TestPDSchedule table."""
 
@@ -15,7 +15,7 @@ from scheduler.plugins.support.prefix import prefix_block_hashes
 from scheduler.trace import SchedulingTrace
 from tests.scheduler.helpers import endpoint, request
 
-PD_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "pd.yaml"
+PD_CONFIG = Path(__file__).resolve().parents[2] / "ray_epp" / "configs" / "pd.yaml"
 
 # 40 blocks of 16 tokens x 4 chars: a prompt the prefix index cuts on a block boundary.
 SYSTEM = ("You are a helpful assistant. Answer briefly!" * 60)[: 64 * 40]

@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from kvevents import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
+from ray_epp.kvevents import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 from scheduler.plugins.support.prefix.precise_index import GAPPED, LIVE, UNKNOWN, PreciseIndex
 
 BS = 4

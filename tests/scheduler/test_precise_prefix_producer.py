@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvevents import AllBlocksCleared, BlockStored, KVEventBatch
+from ray_epp.kvevents import AllBlocksCleared, BlockStored, KVEventBatch
 from scheduler import Scheduler
 from scheduler.config import load_config, load_config_file
 from scheduler.cycle_state import CycleState

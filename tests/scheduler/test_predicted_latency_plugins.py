@@ -176,7 +176,7 @@ def test_shipped_slo_config_loads():
 
     from scheduler import load_config_file
 
-    sched = Scheduler.from_config(load_config_file(Path(__file__).parents[2] / "configs" / "slo.yaml"))
+    sched = Scheduler.from_config(load_config_file(Path(__file__).parents[2] / "ray_epp" / "configs" / "slo.yaml"))
     assert "predicted-latency-producer" in sched.plugins
 
 

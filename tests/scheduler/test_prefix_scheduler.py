@@ -1,6 +1,6 @@
 """The prefix-cache scorer end to end through `Scheduler.from_config` with GIE's default config
-(configs/gie-default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3), and
-Ray EPP's default (configs/default.yaml: the same plus prefill-eta-scorer 4 and
+(ray_epp/configs/gie-default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3), and
+Ray EPP's default (ray_epp/configs/default.yaml: the same plus prefill-eta-scorer 4 and
 prefix-home-balance-scorer 2)."""
 
 from pathlib import Path
@@ -12,12 +12,12 @@ from scheduler import Scheduler, load_config_file
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
 from tests.scheduler.helpers import endpoint, request
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "ray_epp" / "configs"
 DEFAULT_CONFIG = CONFIGS / "gie-default.yaml"
 
 
 def without_prefix_scorer() -> dict:
-    """configs/gie-default.yaml with prefix-cache-scorer taken out."""
+    """ray_epp/configs/gie-default.yaml with prefix-cache-scorer taken out."""
     cfg = yaml.safe_load(DEFAULT_CONFIG.read_text())
     cfg["plugins"] = [p for p in cfg["plugins"] if p["type"] != "prefix-cache-scorer"]
     for profile in cfg["schedulingProfiles"]:

@@ -190,7 +190,7 @@ def test_roles_and_parameters():
 def test_the_default_eta_config_loads_and_schedules_with_it():
     """bench/configs/default-eta.yaml: the next request goes to the pod whose pending prompt is nearly done,
     not to the one that was just sent a shorter prompt (the token ledger would pick the latter)."""
-    sched = Scheduler.from_config(load_config_file(CONFIGS.parent / "bench" / "configs" / "default-eta.yaml"))
+    sched = Scheduler.from_config(load_config_file(CONFIGS.parents[1] / "bench" / "configs" / "default-eta.yaml"))
     eta = next(p for p in sched.plugins.values() if isinstance(p, PrefillEtaScorer))
     eta.clock = FakeClock()
     teach(eta, "pod-a")  # TTFT 20 ms + 40 ms per 1,000 tokens, learned
@@ -208,13 +208,13 @@ def test_the_default_eta_config_loads_and_schedules_with_it():
 @pytest.mark.parametrize(
     ("experiment", "shipped"),
     [
-        ("default-eta.yaml", "../bench/configs/default-previous.yaml"),
+        ("default-eta.yaml", "../../bench/configs/default-previous.yaml"),
         ("lora-eta.yaml", "lora.yaml"),
     ],
 )
 def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(experiment, shipped):
     """bench/configs/*-eta.yaml measure one change only: the same plugins, parameters and weights as
-    the config they vary (the previous default, configs/lora.yaml), prefill-eta-scorer in place of
+    the config they vary (the previous default, ray_epp/configs/lora.yaml), prefill-eta-scorer in place of
     prefill-backlog-scorer."""
     swap = {"prefill-backlog-scorer": "prefill-eta-scorer"}
 
@@ -224,11 +224,11 @@ def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(ex
         (profile,) = cfg.scheduling_profiles
         return plugins, [(swap.get(r.plugin_ref, r.plugin_ref), r.weight) for r in profile.plugins]
 
-    assert body(CONFIGS.parent / "bench" / "configs" / experiment) == body(CONFIGS / shipped)
+    assert body(CONFIGS.parents[1] / "bench" / "configs" / experiment) == body(CONFIGS / shipped)
 
 
 def test_the_default_is_the_previous_one_with_the_fading_ledger_and_the_home_balance():
-    """configs/default.yaml = bench/configs/default-previous.yaml with prefill-eta-scorer (floored at
+    """ray_epp/configs/default.yaml = bench/configs/default-previous.yaml with prefill-eta-scorer (floored at
     minWeight 0.25) in place of prefill-backlog-scorer (same weight) and prefix-home-balance-scorer x2
     (relative) added: nothing else moved; bench/configs/default-minmax.yaml differs from it in the
     home balance's normalization alone."""
@@ -239,7 +239,7 @@ def test_the_default_is_the_previous_one_with_the_fading_ledger_and_the_home_bal
         plugins = sorted((p.type, repr(p.parameters)) for p in cfg.plugins)
         return plugins, sorted((r.plugin_ref, r.weight or 0) for r in profile.plugins)
 
-    plugins, weights = body(CONFIGS.parent / "bench" / "configs" / "default-previous.yaml")
+    plugins, weights = body(CONFIGS.parents[1] / "bench" / "configs" / "default-previous.yaml")
     swap = {"prefill-backlog-scorer": "prefill-eta-scorer"}
     plugins = [(swap[t], repr({"minWeight": 0.25})) if t in swap else (t, params) for t, params in plugins]
     weights = [(swap.get(ref, ref), w) for ref, w in weights]
@@ -248,7 +248,7 @@ def test_the_default_is_the_previous_one_with_the_fading_ledger_and_the_home_bal
         sorted([*weights, ("prefix-home-balance-scorer", 2)]),
     )
     assert body(CONFIGS / "default.yaml") == want
-    minmax_plugins, minmax_weights = body(CONFIGS.parent / "bench" / "configs" / "default-minmax.yaml")
+    minmax_plugins, minmax_weights = body(CONFIGS.parents[1] / "bench" / "configs" / "default-minmax.yaml")
     relative = ("prefix-home-balance-scorer", repr({"normalize": "relative"}))
     minmax = ("prefix-home-balance-scorer", repr({"normalize": "min-max"}))
     assert (sorted(relative if p == minmax else p for p in minmax_plugins), minmax_weights) == want

@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from bench.tokenizer_fixture import CORPUS, TokenizeServer, make_tokenizer
-from kvevents import BlockStored, KVEventBatch
+from ray_epp.kvevents import BlockStored, KVEventBatch
 from scheduler import Scheduler
 from scheduler.config import load_config, load_config_file
 from scheduler.errors import ConfigError

@@ -17,7 +17,7 @@ def pod_specs(sim) -> list:
     return [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
 
 
-def start_deployment(sim, config: str = "configs/default.yaml", **spec: Any):
+def start_deployment(sim, config: str = "default", **spec: Any):
     """A started EppDeployment; `config` is a path or an EndpointPickerConfig's YAML text, and
     `spec` any other LaunchSpec field (settings, replicas, port: the test port by default)."""
     from serve_app.launch import EppDeployment, LaunchSpec

@@ -27,7 +27,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import make_pod_configs, start_sim_pods_in_thread
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
 
     cluster = start_sim_pods_in_thread(make_pod_configs(3, max_num_seqs=8), time_scale=1.0, seed=3)
     yield cluster
@@ -57,7 +57,7 @@ def gateway(ray_session, sim, pods_file):
     from serve_app.launch import EppDeployment, LaunchSpec
 
     spec = LaunchSpec(
-        config_path="configs/default.yaml",
+        config_path="default",
         pods_path=str(pods_file),
         watch_pods=True,
         settings={"admin_token": TOKEN},

@@ -26,7 +26,7 @@ schedulingProfiles:
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import make_pod_configs, start_sim_pods_in_thread
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
 
     # x40 slower: a 2,000-token prefill takes ~2.5 s of wall time.
     cluster = start_sim_pods_in_thread(make_pod_configs(2), time_scale=40.0, seed=5)

@@ -36,7 +36,7 @@ PROMPT = "a rollout prompt every sample of the group shares, long enough for a f
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import make_pod_configs, start_sim_pods_in_thread
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
 
     cluster = start_sim_pods_in_thread(make_pod_configs(3), time_scale=1.0, seed=3)
     yield cluster

@@ -42,7 +42,7 @@ def test_pick_default_config_avoids_loaded_pod(tmp_path, capsys):
         ),
     )
     req = write(tmp_path, "r.json", {"request_id": "r1", "body": {"model": "m", "prompt": "hello"}})
-    code, out = run_pick(capsys, str(ROOT / "configs" / "default.yaml"), eps, req)
+    code, out = run_pick(capsys, str(ROOT / "ray_epp" / "configs" / "default.yaml"), eps, req)
     assert code == 0
     assert out == {"primary_profile": "default", "profiles": {"default": ["idle"]}}
 
@@ -57,7 +57,7 @@ def test_pick_lora_config_prefers_pod_with_adapter(tmp_path, capsys):
         ),
     )
     req = write(tmp_path, "r.json", {"target_model": "lora-1", "body": {"model": "lora-1", "prompt": "x"}})
-    code, out = run_pick(capsys, str(ROOT / "configs" / "lora.yaml"), eps, req)
+    code, out = run_pick(capsys, str(ROOT / "ray_epp" / "configs" / "lora.yaml"), eps, req)
     assert code == 0
     assert out["profiles"][out["primary_profile"]] == ["has-it"]
 
@@ -66,7 +66,7 @@ def test_pick_shed_with_legacy_tree_prints_429_code(tmp_path, capsys):
     saturated = {"waiting_queue_size": 50, "kv_cache_usage_percent": 0.95}
     eps = write(tmp_path, "e.json", endpoints(("a", {}, saturated), ("b", {}, saturated)))
     req = write(tmp_path, "r.json", {"criticality": "Sheddable", "body": {"model": "m", "prompt": "x"}})
-    code, out = run_pick(capsys, str(ROOT / "configs" / "legacy-filter-tree.yaml"), eps, req)
+    code, out = run_pick(capsys, str(ROOT / "ray_epp" / "configs" / "legacy-filter-tree.yaml"), eps, req)
     assert code == 1
     assert out["error"]["code"] == "ResourceExhausted"
 
@@ -84,7 +84,7 @@ def test_pick_shed_with_legacy_tree_prints_429_code(tmp_path, capsys):
 def test_pick_bad_input_is_a_json_error(tmp_path, capsys, eps_text, req_text, fragment):
     code, out = run_pick(
         capsys,
-        str(ROOT / "configs" / "default.yaml"),
+        str(ROOT / "ray_epp" / "configs" / "default.yaml"),
         write(tmp_path, "e.json", eps_text),
         write(tmp_path, "r.json", req_text),
     )
@@ -102,13 +102,13 @@ def test_pick_bad_config_is_a_json_error(tmp_path, capsys):
 
 def test_pick_no_endpoints_is_service_unavailable(tmp_path, capsys):
     req = write(tmp_path, "r.json", {"body": {"model": "m", "prompt": "x"}})
-    code, out = run_pick(capsys, str(ROOT / "configs" / "default.yaml"), write(tmp_path, "e.json", "[]"), req)
+    code, out = run_pick(capsys, "default", write(tmp_path, "e.json", "[]"), req)
     assert code == 1
     assert out["error"]["code"] == "ServiceUnavailable"
 
 
 def test_validate_prints_defaults_and_errors(tmp_path, capsys):
-    assert main(["validate", str(ROOT / "configs" / "default.yaml")]) == 0
+    assert main(["validate", str(ROOT / "ray_epp" / "configs" / "default.yaml")]) == 0
     out = capsys.readouterr().out
     assert "single-profile-handler" in out and "max-score-picker" in out
     bad = write(tmp_path, "bad.yaml", "plugins:\n- type: queue-scorer\n  parameters: {x: 1}\n")
@@ -124,11 +124,11 @@ def test_epp_console_script_runs_shipped_example():
             str(epp),
             "pick",
             "--config",
-            "configs/default.yaml",
+            "ray_epp/configs/default.yaml",
             "--endpoints",
-            "examples/endpoints.json",
+            "ray_epp/examples/endpoints.json",
             "--request",
-            "examples/request.json",
+            "ray_epp/examples/request.json",
         ],
         cwd=ROOT,
         capture_output=True,

@@ -228,7 +228,7 @@ def test_ctrl_c_while_starting_stops_with_one_message():
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--config", "nope.yaml"], "can not read config file"),
+        (["--config", "nope.yaml"], "no config 'nope.yaml'"),
         (["--pods", "nope.yaml"], "can not read pods file"),
         (["--pods", "{tmp}/pods.yaml"], "pods"),
     ],

@@ -12,7 +12,7 @@ from actors.snapshot_delta import DeltaLog
 from scheduler import Endpoint, LLMRequest
 from serve_app.gateway import GatewayCore
 
-CONFIG = (Path(__file__).resolve().parents[2] / "configs" / "default.yaml").read_text()
+CONFIG = (Path(__file__).resolve().parents[2] / "ray_epp" / "configs" / "default.yaml").read_text()
 
 
 class _Remote:

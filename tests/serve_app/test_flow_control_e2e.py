@@ -49,7 +49,7 @@ DURATION_COUNT = 'inference_extension_flow_control_request_queue_duration_second
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import make_pod_configs, start_sim_pods_in_thread
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
 
     cluster = start_sim_pods_in_thread(make_pod_configs(2), time_scale=40.0, seed=5)
     yield cluster

@@ -21,7 +21,7 @@ PROFILE_CALL_TIMEOUT_S = 5.0
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import make_pod_configs, start_sim_pods_in_thread
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
 
     cluster = start_sim_pods_in_thread(make_pod_configs(3, max_num_seqs=4), time_scale=1.0, seed=7)
     yield cluster
@@ -35,7 +35,7 @@ def gateway(ray_session, sim):
 
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
     spec = LaunchSpec(
-        config_path="configs/default.yaml",
+        config_path="default",
         pods=pods,
         settings={
             "max_body_bytes": 1_000_000,

@@ -24,8 +24,8 @@ WORKERS = 4
 @pytest.fixture(scope="module")
 def gateway(ray_session):
     from actors.launcher import PodSpec
+    from ray_epp.simulator import start_sim_pods_in_thread
     from serve_app.launch import EppDeployment, LaunchSpec
-    from simulator import start_sim_pods_in_thread
 
     with start_sim_pods_in_thread(2, time_scale=1.0, seed=3) as sim:
         pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]

@@ -44,14 +44,14 @@ def test_token_producer_is_refused_naming_it():
     refused = built(TOKENS).refused  # kept: each request fails with it (Serve can not take a raise here)
     assert isinstance(refused, RouterConfigError)
     assert "token-producer" in str(refused) and "event loop" in str(refused)
-    assert built("configs/default.yaml").refused is None
+    assert built("ray_epp/configs/default.yaml").refused is None
 
 
 def test_the_data_layer_sets_the_scrape_options():
     options = built(LAYER)._scrapers.options
     assert (options.metrics_path, options.refresh_interval_s) == ("/engine/metrics", 0.25)
     assert options.metrics_extractor == {"defaultEngine": "sglang"}
-    default = built("configs/default.yaml")._scrapers.options  # no data layer: the router's own interval
+    default = built("ray_epp/configs/default.yaml")._scrapers.options  # no data layer: the router's own interval
     assert default.refresh_interval_s == 0.1
 
 

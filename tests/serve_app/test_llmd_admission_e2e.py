@@ -34,8 +34,8 @@ schedulingProfiles:
 @pytest.fixture(scope="module")
 def client(ray_session, tmp_path_factory):
     from actors.launcher import PodSpec
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
     from serve_app.launch import EppDeployment, LaunchSpec
-    from simulator import make_pod_configs, start_sim_pods_in_thread
 
     cluster = start_sim_pods_in_thread(make_pod_configs(1), time_scale=40.0, seed=5)
     path = tmp_path_factory.mktemp("llmd-admission") / "config.yaml"

@@ -34,7 +34,7 @@ ADAPTERS = {"sim-0": ["sql-lora"], "sim-1": ["chat-lora"], "sim-2": []}
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import PodConfig, start_sim_pods_in_thread
+    from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
 
     pods = [PodConfig(name=name, lora_adapters=loras, max_num_seqs=8) for name, loras in ADAPTERS.items()]
     cluster = start_sim_pods_in_thread(pods, time_scale=1.0, seed=5)

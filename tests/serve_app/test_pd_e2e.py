@@ -1,4 +1,4 @@
-"""P/D end to end: a real Serve gateway, configs/pd.yaml, simulated prefill and decode pods."""
+"""P/D end to end: a real Serve gateway, ray_epp/configs/pd.yaml, simulated prefill and decode pods."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def fresh(tag: str) -> str:
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import PodConfig, TimingConfig, start_sim_pods_in_thread
+    from ray_epp.simulator import PodConfig, TimingConfig, start_sim_pods_in_thread
 
     # Prefill 10x slower than the default engine (0.25 s for LONG), so a prefill can be caught running.
     slow_prefill = TimingConfig(prefill_per_token_s=3.0e-4)
@@ -42,7 +42,7 @@ def gateway(ray_session, sim):
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
     # The trace is how these tests see the P/D decision: open it to any x-epp-debug value.
     dep = EppDeployment.start(
-        LaunchSpec(config_path="configs/pd.yaml", pods=pods, settings={"debug_trace": True}, port=GATEWAY_TEST_PORT)
+        LaunchSpec(config_path="pd", pods=pods, settings={"debug_trace": True}, port=GATEWAY_TEST_PORT)
     )
     yield dep
     dep.stop()

@@ -74,7 +74,7 @@ def test_profiles_must_have_the_same_number_of_shards():
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import make_pod_configs, start_sim_pods_in_thread
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
 
     cluster = start_sim_pods_in_thread(make_pod_configs(3, max_num_seqs=4), time_scale=1.0, seed=11)
     yield cluster
@@ -87,7 +87,7 @@ def gateway(ray_session, sim):
     from serve_app.launch import EppDeployment, LaunchSpec
 
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
-    spec = LaunchSpec(config_path="configs/default.yaml", pods=pods, port=GATEWAY_TEST_PORT, profile_shards=SHARDS)
+    spec = LaunchSpec(config_path="default", pods=pods, port=GATEWAY_TEST_PORT, profile_shards=SHARDS)
     dep = EppDeployment.start(spec)
     yield dep
     dep.stop()

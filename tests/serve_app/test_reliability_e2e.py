@@ -100,7 +100,7 @@ class FakePod:
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import make_pod_configs, start_sim_pods_in_thread
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
 
     cluster = start_sim_pods_in_thread(make_pod_configs(2, max_num_seqs=8), time_scale=1.0, seed=11)
     yield cluster
@@ -122,7 +122,7 @@ def gateway(ray_session, sim, fake):
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
     pods.append(PodSpec(name="fake", address="127.0.0.1", port=fake.port, labels={}))
     dep = EppDeployment.start(
-        LaunchSpec(config_path="configs/default.yaml", pods=pods, settings=SETTINGS, port=GATEWAY_TEST_PORT)
+        LaunchSpec(config_path="default", pods=pods, settings=SETTINGS, port=GATEWAY_TEST_PORT)
     )
     with httpx.Client(base_url=dep.url, timeout=10) as c:
         wait_until(lambda: c.get("/ready").json()["ready_endpoints"] == 3, timeout_s=30)

@@ -32,7 +32,7 @@ GATEWAY_CODES = {c.value for c in ErrorCode} | {"invalid_api_key", "model_not_fo
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import make_pod_configs, start_sim_pods_in_thread
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
 
     pods = make_pod_configs(2, max_num_seqs=MAX_NUM_SEQS, max_model_len=MAX_MODEL_LEN)
     with start_sim_pods_in_thread(pods, time_scale=1.0, seed=13) as cluster:
@@ -87,7 +87,7 @@ def test_a_client_gone_mid_stream_cancels_the_upstream_and_the_pod_stops(gateway
 def test_overload_at_10x_capacity_serves_critical_sheds_sheddable_and_nothing_hangs(gateway, sim):
     """Open-loop arrivals at 10x what the pods can finish (by the simulator's engine model), half
     critical (objective chat, priority 1), half sheddable (batch, -1), for 2 s."""
-    from simulator import TimingConfig
+    from ray_epp.simulator import TimingConfig
 
     max_tokens = 50
     t = TimingConfig()

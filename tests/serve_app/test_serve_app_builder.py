@@ -17,9 +17,9 @@ pytestmark = pytest.mark.ray
 def test_build_app_serves_behind_serve_run(ray_session, tmp_path):
     from ray import serve
 
+    from ray_epp.simulator import start_sim_pods_in_thread
     from serve_app.app import build_app
     from serve_app.launch import wait_for_gateway
-    from simulator import start_sim_pods_in_thread
 
     with start_sim_pods_in_thread(2, time_scale=1.0) as sim:
         pods = tmp_path / "pods.json"

@@ -1,4 +1,4 @@
-"""examples/serve_llm.py and examples/serve_llm.yaml without a GPU or `ray[llm]`: the router settings
+"""ray_epp/examples/serve_llm.py and ray_epp/examples/serve_llm.yaml without a GPU or `ray[llm]`: the router settings
 are Serve's own and validate, the Python builder and the config file agree, and the replica-side
 server class is importable by name (built only where Ray Serve LLM is)."""
 
@@ -14,7 +14,7 @@ from ray.serve._private.config import DeploymentConfig
 from ray.serve.config import RequestRouterConfig
 from ray.serve.schema import ServeDeploySchema
 
-from examples import serve_llm
+from ray_epp.examples import serve_llm
 from scheduler import EndpointPickerConfig
 from serve_app import llm_server
 from serve_app.llm_router import EPPRequestRouter, read_config
@@ -47,7 +47,7 @@ def test_a_bad_router_class_is_refused_by_serve():
 
 
 def test_the_config_file_builds_the_same_app_as_the_example():
-    data = yaml.safe_load((ROOT / "examples" / "serve_llm.yaml").read_text())
+    data = yaml.safe_load((ROOT / "ray_epp" / "examples" / "serve_llm.yaml").read_text())
     schema = ServeDeploySchema.model_validate(data)
     app = schema.applications[0]
     assert app.import_path == "ray.serve.llm:build_openai_app"

@@ -35,7 +35,7 @@ schedulingProfiles:
 
 @pytest.fixture(scope="module")
 def sim():
-    from simulator import make_pod_configs, start_sim_pods_in_thread
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
 
     cluster = start_sim_pods_in_thread(make_pod_configs(3, max_num_seqs=8), time_scale=1.0, seed=11)
     yield cluster

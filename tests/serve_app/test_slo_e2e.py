@@ -40,8 +40,8 @@ IMPOSSIBLE = {"x-slo-ttft-ms": "0.001", "x-gateway-inference-objective": "batch"
 @pytest.fixture(scope="module")
 def client(ray_session, tmp_path_factory):
     from actors.launcher import PodSpec
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
     from serve_app.launch import EppDeployment, LaunchSpec
-    from simulator import make_pod_configs, start_sim_pods_in_thread
 
     cluster = start_sim_pods_in_thread(make_pod_configs(2), time_scale=10.0, seed=7)
     path = tmp_path_factory.mktemp("slo-e2e") / "config.yaml"

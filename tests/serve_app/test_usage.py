@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
 from serve_app.usage import STREAM_TAIL_BYTES, usage_of_body, usage_of_stream
-from simulator import PodConfig, start_sim_pods_in_thread
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 
-from simulator import DEFAULT_MODEL, ClusterSim, PodConfig, SimRequest
+from ray_epp.simulator import DEFAULT_MODEL, ClusterSim, PodConfig, SimRequest
 
 
 def text_tokens(tokens: int, seed: str = "x") -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from simulator import (
+from ray_epp.simulator import (
     BASELINES,
     PodConfig,
     PodView,
@@ -22,7 +22,7 @@ from simulator import (
     make_pod_configs,
     run_cluster_sim,
 )
-from simulator.report import percentile
+from ray_epp.simulator.report import percentile
 
 from .helpers import completion, sim_request, stream_ttft, text_tokens
 

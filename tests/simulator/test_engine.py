@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulator import ClusterSim, Engine, PodConfig, TimingConfig, generate_workload
-from simulator.kv_cache import KVCache
-from simulator.timing import StepCost
+from ray_epp.simulator import ClusterSim, Engine, PodConfig, TimingConfig, generate_workload
+from ray_epp.simulator.kv_cache import KVCache
+from ray_epp.simulator.timing import StepCost
 
 from .helpers import run_one_pod, sim_request, text_tokens
 

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulator import DEFAULT_MODEL, POD_HEADER, FailureConfig, PodConfig, SimCluster
+from ray_epp.simulator import DEFAULT_MODEL, POD_HEADER, FailureConfig, PodConfig, SimCluster
 
 from .helpers import completion, stream_ttft, text_tokens
 

@@ -10,9 +10,9 @@ import time
 import aiohttp
 import pytest
 
-from kvevents import AllBlocksCleared, BlockHasher, BlockRemoved, BlockStored, KVEventBatch, ZmqEventSubscriber
-from simulator import DEFAULT_MODEL, ClusterSim, PodConfig, SimCluster
-from simulator.tokens import token_ids
+from ray_epp.kvevents import AllBlocksCleared, BlockHasher, BlockRemoved, BlockStored, KVEventBatch, ZmqEventSubscriber
+from ray_epp.simulator import DEFAULT_MODEL, ClusterSim, PodConfig, SimCluster
+from ray_epp.simulator.tokens import token_ids
 from tests.simulator.helpers import completion, sim_request, text_tokens
 
 
@@ -186,7 +186,7 @@ async def test_epp_sim_kv_events_names_each_pods_event_ports(tmp_path, capsys) -
     import argparse
     import json
 
-    from simulator.cli import add_sim_arguments, serve
+    from ray_epp.simulator.cli import add_sim_arguments, serve
 
     args = add_sim_arguments(argparse.ArgumentParser()).parse_args(
         ["--pods", "2", "--base-port", "0", "--time-scale", "0", "--kv-events", "--pods-json", str(tmp_path / "p.json")]

@@ -12,11 +12,11 @@ import aiohttp
 import pytest
 
 from bench.tokenizer_fixture import CORPUS, make_tokenizer
-from kvevents import BlockHasher, ZmqEventSubscriber
+from ray_epp.kvevents import BlockHasher, ZmqEventSubscriber
+from ray_epp.simulator import DEFAULT_MODEL, ClusterSim, PodConfig, SimCluster, SimRequest
+from ray_epp.simulator.cli import add_sim_arguments, pod_configs_from_args
 from scheduler.plugins.support.token_cache import PrefixTokenCache
 from scheduler.plugins.support.tokenizer_backends import LocalTokenizer, VLLMHttpTokenizer
-from simulator import DEFAULT_MODEL, ClusterSim, PodConfig, SimCluster, SimRequest
-from simulator.cli import add_sim_arguments, pod_configs_from_args
 from tests.simulator.helpers import completion, sim_request
 from tests.simulator.test_kv_events import Mirror, _wait
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator import DEFAULT_MODEL, POD_HEADER, PodConfig, add_sim_arguments, start_sim_pods_in_thread
-from simulator.cli import serve
+from ray_epp.simulator import DEFAULT_MODEL, POD_HEADER, PodConfig, add_sim_arguments, start_sim_pods_in_thread
+from ray_epp.simulator.cli import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,7 +91,8 @@ async def test_serve_reads_a_yaml_config(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_cli_main_runs_pods_until_interrupted() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator", "--pods", "2", "--base-port", "0", "--time-scale", "0", "--seed", "1"],
+        [sys.executable, "-m", "ray_epp.simulator", "--pods", "2", "--base-port", "0", "--time-scale", "0",
+         "--seed", "1"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -111,7 +112,7 @@ def test_cli_reports_a_bad_config(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("pods:\n  - name: x\n    max_num_seqs: lots\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "simulator", "--config", str(config), "--base-port", "0"],
+        [sys.executable, "-m", "ray_epp.simulator", "--config", str(config), "--base-port", "0"],
         cwd=ROOT, capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert proc.returncode == 1 and "max_num_seqs" in proc.stderr

@@ -1,0 +1,5 @@
+import sys
+
+from ray_epp.simulator.cli import main
+
+sys.exit(main())
