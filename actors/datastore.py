@@ -49,7 +49,8 @@ from actors.metrics_fleet import MetricsFleet, kill
 from actors.metrics_groups import by_name, plan_pod_set, to_place
 from actors.options import ActorOptions, PodSpec, as_options, as_pod
 from actors.placement import RayNodes
-from actors.pod_source import RUNTIME, STATIC, PodConflict, PodSource, build_pod_source
+from actors.pod_source import RUNTIME, STATIC, PodConflict, PodSource
+from actors.pod_source_specs import build_pod_source
 from actors.pod_state import PodRecord, PodState
 from actors.scrape_report import ScrapeReport
 from actors.snapshot_delta import DeltaLog

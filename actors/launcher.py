@@ -1,26 +1,21 @@
 """Start and stop the EPP actors: the datastore (with its metrics actors, one per Ray node's pods)
-and one profile actor per scheduling profile of the config (or `profile_shards` of them). Also
-reads a pods file."""
+and one profile actor per scheduling profile of the config (or `profile_shards` of them)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import ray
-import yaml
-from pydantic import ValidationError
 
 from actors.datastore import DatastoreActor
 from actors.options import ActorOptions, PodSpec, as_options, as_pod, with_data_layer
 from actors.placement import affinity, placed_cpus, prefer_labels
+from actors.pods_file import PodsFileError, load_pods_file, parse_pods
 from actors.profile_actor import ProfileActor, config_digest
 from scheduler import EndpointPickerConfig, dump_config, load_config
-from scheduler.config.nesting import MAX_FILE_NESTING, nests_deeper_than
 from scheduler.config.sections import data_layer_actor_options
 
 __all__ = [
@@ -255,61 +250,3 @@ def stop_router_profile_actors(config: EndpointPickerConfig | dict[str, Any] | s
         ray.kill(actor, no_restart=True)
         killed += 1
     return killed
-
-
-class PodsFileError(ValueError):
-    """A pods file that can not be used; the message names the file, the entry and the field."""
-
-
-def load_pods_file(path: str | Path) -> list[PodSpec]:
-    """Pods from a YAML or JSON file: a list of {name, address, port, labels}, or {pods: [...]}."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise PodsFileError(f"can not read pods file {str(path)!r}: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise PodsFileError(f"pods file {str(path)!r} is not UTF-8 text: {err}") from None
-    kind = "JSON" if path.suffix == ".json" else "YAML"
-    if nests_deeper_than(text):
-        raise PodsFileError(f"pods file {str(path)!r}: the {kind} nests deeper than {MAX_FILE_NESTING} levels")
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as err:
-        raise PodsFileError(f"pods file {str(path)!r} is not valid {kind}: {err}") from None
-    except RecursionError:  # json's and PyYAML's parsers recurse once per nesting level
-        raise PodsFileError(f"pods file {str(path)!r}: the {kind} nests deeper than the parser can follow") from None
-    try:
-        return parse_pods(data, where=f"pods file {str(path)!r}")
-    except RecursionError:  # parsed just under the limit, then a field's validation went deeper
-        raise PodsFileError(f"pods file {str(path)!r}: a value nests too deep") from None
-
-
-def parse_pods(data: Any, where: str = "pods") -> list[PodSpec]:
-    if isinstance(data, dict) and set(data) == {"pods"}:
-        data = data["pods"]
-    if not isinstance(data, list):
-        raise PodsFileError(
-            f"{where}: expected a list of pods ({{name, address, port, labels}}), got {type(data).__name__}"
-        )
-    specs: list[PodSpec] = []
-    seen: set[str] = set()
-    for i, entry in enumerate(data):
-        named = isinstance(entry, dict) and entry.get("name")
-        label = f"{where}: entry {i}" + (f" ({entry['name']!r})" if named else "")
-        if not isinstance(entry, dict):
-            raise PodsFileError(f"{label}: expected a mapping with name, address, port, labels")
-        try:
-            spec = PodSpec.model_validate(entry)
-        except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'entry'}: "
-                + ("unknown field" if e["type"] == "extra_forbidden" else e["msg"])
-                for e in err.errors()
-            )
-            raise PodsFileError(f"{label}: {problems}") from None
-        if spec.name in seen:
-            raise PodsFileError(f"{label}: name {spec.name!r} is used by an earlier entry")
-        seen.add(spec.name)
-        specs.append(spec)
-    return specs

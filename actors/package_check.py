@@ -35,8 +35,12 @@ class NodeReport:
     missing: tuple[str, ...]  # of PACKAGES, the ones a worker there can not find
 
 
-def probe_nodes(runtime_env: dict[str, Any] | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> list[NodeReport]:
-    """What each alive node's workers find of Ray EPP."""
+def probe_nodes(
+    runtime_env: dict[str, Any] | None = None,
+    timeout_s: float = PROBE_TIMEOUT_S,
+    packages: tuple[str, ...] = PACKAGES,
+) -> list[NodeReport]:
+    """What each alive node's workers find of Ray EPP (`packages`: the import names to look for)."""
 
     def probe() -> tuple[str | None, list[str]]:
         import importlib.metadata
@@ -46,7 +50,7 @@ def probe_nodes(runtime_env: dict[str, Any] | None = None, timeout_s: float = PR
             version = importlib.metadata.version(DISTRIBUTION)
         except importlib.metadata.PackageNotFoundError:
             version = None
-        return version, [p for p in PACKAGES if importlib.util.find_spec(p) is None]
+        return version, [p for p in packages if importlib.util.find_spec(p) is None]
 
     remote = ray.remote(num_cpus=0, max_retries=0)(probe)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -75,9 +79,11 @@ def problems(reports: list[NodeReport], expected_version: str) -> list[str]:
     return out
 
 
-def require_package_on_every_node(expected_version: str, runtime_env: dict[str, Any] | None = None) -> None:
+def require_package_on_every_node(
+    expected_version: str, runtime_env: dict[str, Any] | None = None, packages: tuple[str, ...] = PACKAGES
+) -> None:
     """Raise PackageMissing naming every node that lacks Ray EPP or runs another version."""
-    lines = problems(probe_nodes(runtime_env), expected_version)
+    lines = problems(probe_nodes(runtime_env, packages=packages), expected_version)
     if lines:
         hint = INSTALL_HINT.replace("VERSION", expected_version)
         raise PackageMissing("; ".join(lines) + f". {hint}")

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from actors.options import PodSpec
 
@@ -53,22 +51,3 @@ class PodSource(ABC):
     def status(self) -> dict[str, Any]: ...
 
 
-class FileSourceSpec(BaseModel):
-    """A pods file watched for changes (polled: a stat every `interval_s`, a read when it changed)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["file"] = "file"
-    path: str = Field(min_length=1)
-    interval_s: float = Field(1.0, gt=0)
-
-
-PodSourceSpec = FileSourceSpec  # a union once there is a second kind (e.g. kubernetes)
-
-
-def build_pod_source(spec: PodSourceSpec | dict[str, Any]) -> PodSource:
-    """The source a spec describes (the datastore gets specs as plain dicts)."""
-    from actors.pod_source_file import WatchedPodsFile
-
-    parsed = spec if isinstance(spec, BaseModel) else FileSourceSpec.model_validate(spec)
-    return WatchedPodsFile(parsed.path, parsed.interval_s)

@@ -23,6 +23,7 @@ from typing import Any
 
 from actors.options import PodSpec
 from actors.pod_source import PodSource, Publish
+from actors.pods_file import PodsFileError, load_pods_file
 
 log = logging.getLogger("ray_epp.actors.datastore")
 
@@ -54,8 +55,6 @@ class WatchedPodsFile(PodSource):
     def load(self) -> list[PodSpec] | None:
         """The file's pods when it changed and is valid; None when unchanged or invalid (then
         `status()` says why)."""
-        from actors.launcher import PodsFileError, load_pods_file  # here: launcher imports the datastore
-
         stamp = self._stat()
         if stamp is not None and stamp == self._stamp:
             return None
