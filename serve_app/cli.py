@@ -28,15 +28,19 @@ def _sim_module() -> ModuleType:
 
 
 def _bench_module() -> ModuleType:
-    try:
-        from bench import cli
-    except ModuleNotFoundError as err:
-        if err.name != "bench":
-            raise
+    """The lab's command line, from the source checkout this package runs from (an editable
+    install: the lab is beside `serve_app/` but not installed); a wheel has no lab, and another
+    distribution's `bench` is never imported in its place."""
+    checkout = Path(__file__).resolve().parents[1]
+    if not (checkout / "bench" / "cli.py").is_file():
         raise LabNotInstalled(
             "the benchmark lab is not part of the installed package: run `epp bench` from a source "
             "checkout (git clone, then `make test` or `pip install -e '.[dev,bench]'`)"
-        ) from None
+        )
+    if str(checkout) not in sys.path:
+        sys.path.append(str(checkout))
+    from bench import cli
+
     return cli
 
 

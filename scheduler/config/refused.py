@@ -53,7 +53,6 @@ REFUSED: dict[str, str] = {
     "sheddable-eviction-filter": _FLOW_CONTROL,
     "priority-then-time-eviction-order-policy": _FLOW_CONTROL,
     # Latency prediction.
-    "prefix-cache-affinity-filter": "it is one of llm-d's latency-predictor plugins (SLO-aware routing); " + _NOT_YET,
     # Request parsing.
     "passthrough-parser": _PARSER,
     "anthropic-parser": _PARSER,

@@ -88,12 +88,25 @@ def test_token_load_scorer_scores_and_steers():
     eps = [endpoint("a"), endpoint("b")]
     first = sched.schedule(request(prompt=PROMPT, request_id="r1"), eps)  # PreRequest counts it
     busy = first.profile_results["default"].target_endpoints[0].name
-    scores = {e.name: s for e, s in scorer.score(fresh_state(), request(), eps).items()}
-    assert scores[busy] == pytest.approx(0.75) and scores[({"a", "b"} - {busy}).pop()] == 1.0
+    scores = {e.name: s for e, s in scorer.score(fresh_state(), request(prompt=PROMPT), eps).items()}
+    # in flight (100 on the busy one) plus what this request adds there (100, nothing cached)
+    assert scores[busy] == pytest.approx(0.5) and scores[({"a", "b"} - {busy}).pop()] == pytest.approx(0.75)
     second = sched.schedule(request(prompt=PROMPT, request_id="r2"), eps)
     assert second.profile_results["default"].target_endpoints[0].name != busy
     sched.response_complete(request(request_id="r1"), busy)
     assert scorer.load.tokens() == {({"a", "b"} - {busy}).pop(): 100}
+
+
+def test_token_load_scorer_counts_this_request_less_what_each_endpoint_has_cached():
+    """llm-d's current-request load: equal in-flight load, the endpoint holding 4 of the prompt's
+    blocks (64 of its 100 tokens) would take 36 tokens, the other 100."""
+    sched = build([{"type": "token-load-scorer", "parameters": {"queueThresholdTokens": 400}}])
+    state = fresh_state()
+    state.set_endpoint_attributes(PREFIX_MATCH_KEY, {"warm": PrefixCacheMatchInfo(4, 100, 16)})
+    eps = [endpoint("warm"), endpoint("cold")]
+    scorer = sched.plugins["token-load-scorer"]
+    scores = {e.name: s for e, s in scorer.score(state, request(prompt=PROMPT), eps).items()}
+    assert scores == {"warm": pytest.approx(1 - 36 / 400), "cold": pytest.approx(1 - 100 / 400)}
 
 
 def test_the_configured_producer_sets_how_consumers_count():

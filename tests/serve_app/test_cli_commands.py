@@ -71,3 +71,12 @@ def test_a_loaded_command_gets_its_own_arguments(capsys):
         main(["up", "--help"])
     out = capsys.readouterr().out
     assert "--sim-pods" in out and DEFAULT_CONFIG in out  # the one default config
+
+
+def test_the_lab_runs_from_a_source_checkout_whatever_the_working_directory():
+    """The lab is not installed (the wheel leaves it out); an editable install finds it beside
+    `serve_app/`, so `epp bench` works from any folder of a source checkout's user."""
+    out = subprocess.run([str(Path(sys.executable).parent / "epp"), "bench", "list"], cwd="/",
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "shared-prefix" in out.stdout

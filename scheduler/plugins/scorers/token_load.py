@@ -1,8 +1,11 @@
 """`token-load-scorer` (llm-d's pkg/epp/framework/plugins/scheduling/scorer/tokenload/token_load.go):
-prefer endpoints with fewer estimated tokens in flight, 1 - min(1, tokens / queueThresholdTokens)
-(default 4Mi tokens, 128 requests of 32K). Tokens are counted as `inflight-load-producer` says
-(scheduler/plugins/support/inflight_load.py), in this plugin instance: in the Ray path, per profile
-actor, which is told every decision."""
+prefer endpoints with fewer estimated tokens, 1 - min(1, tokens / queueThresholdTokens) (default
+4Mi tokens, 128 requests of 32K), where an endpoint's tokens are those in flight on it plus what
+this request would add there: its prompt less what the endpoint has cached (the prefix-cache match
+a producer set this cycle; none: the whole prompt), so cache warmth and load are weighed in the
+same unit. Tokens are counted as `inflight-load-producer` says (scheduler/plugins/support/
+inflight_load.py), in this plugin instance: in the Ray path, per profile actor, which is told
+every decision."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, PluginHandle, Scorer, ScorerCategory
 from scheduler.plugins.producers.inflight_load import inflight_load_for
 from scheduler.plugins.support.inflight_load import InFlightLoadHooks
+from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 
@@ -31,4 +35,9 @@ class TokenLoadScorer(InFlightLoadHooks, Scorer):
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
         tokens, limit = self.load.tokens(), self.params.queue_threshold_tokens
-        return {ep: 1.0 - min(1.0, tokens.get(ep.name, 0) / limit) for ep in endpoints}
+        matches = cycle_state.attribute_by_endpoint(PREFIX_MATCH_KEY)
+        own = self.load.request_tokens
+        return {
+            ep: 1.0 - min(1.0, (tokens.get(ep.name, 0) + own(request, matches.get(ep.name))) / limit)
+            for ep in endpoints
+        }

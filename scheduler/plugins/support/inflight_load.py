@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from scheduler.interfaces import ResponseComplete, ResponseFirstToken, TentativePreRequest
 from scheduler.plugins.support.inflight import InFlightLedger
 from scheduler.plugins.support.prefill_ledger import prompt_tokens, uncached_tokens
-from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
+from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.types import LLMRequest, SchedulingResult
 
 PREFILL_PROFILE = "prefill"
@@ -69,15 +69,21 @@ class InFlightLoad:
     def tokens(self) -> dict[str, int]:
         return self.tokens_ledger.totals()
 
-    def add(self, request: LLMRequest, result: SchedulingResult) -> None:
-        rid, prompt = request.request_id, prompt_tokens(request)
+    def request_tokens(self, request: LLMRequest, match: PrefixCacheMatchInfo | None) -> int:
+        """The tokens this request adds on an endpoint with this prefix-cache match: its uncached
+        prompt, plus with `addEstimatedOutputTokens` the output estimate."""
+        prompt = prompt_tokens(request)
         output = self.estimate.output_tokens(request, prompt) if self.estimate.add_output else 0
+        return uncached_tokens(prompt, match) + output
+
+    def add(self, request: LLMRequest, result: SchedulingResult) -> None:
+        rid = request.request_id
         early_requests, end_requests, early_tokens, end_tokens = [], [], [], []
         for profile, run in result.profile_results.items():
             if run is None or not run.target_endpoints:
                 continue
             target = run.target_endpoints[0]
-            tokens = uncached_tokens(prompt, target.attributes.get(PREFIX_MATCH_KEY)) + output
+            tokens = self.request_tokens(request, target.attributes.get(PREFIX_MATCH_KEY))
             prefill = profile == PREFILL_PROFILE
             (early_requests if prefill else end_requests).append((target.name, 1))
             (early_tokens if prefill or not self.estimate.add_output else end_tokens).append((target.name, tokens))

@@ -1,0 +1,188 @@
+"""`prefix-cache-affinity-filter` (llm-d's pkg/epp/framework/plugins/scheduling/filter/
+prefixcacheaffinity/plugin.go): "sticky until saturated". Keeps only the endpoints that already
+hold most of the prompt, so a request does not pay a prefill another endpoint has cached, until
+those endpoints are so loaded that the best of them would start it later than the best of the rest
+by more than `maxTTFTPenaltyMs`; then every endpoint stays and the scorers after it decide.
+
+* An endpoint is sticky when its prefix-cache match (matched blocks / the prompt's blocks) is at
+  least `affinityThreshold` (0.8). No sticky endpoint, one candidate, or a threshold of 0: all stay.
+* With probability `explorationProbability` (0) the gate is skipped, seeding caches elsewhere.
+* The load gate compares the lowest TTFT among the sticky endpoints with the lowest among the rest:
+  with `ttftSource: prefillThroughput` (the default) an endpoint's TTFT is its in-flight tokens /
+  `peakPrefillThroughput` (15,928 tokens/s, llm-d's H100 calibration) in ms, the tokens counted as
+  `inflight-load-producer` counts them (uncached prompt tokens, released at the first token); with
+  `latencyPredictor` it is `predicted-latency-producer`'s TTFT for this request. A side without the
+  signal (a cold predictor) skips the gate and keeps all, as llm-d does. `maxTTFTPenaltyMs: 0`
+  always sticks.
+
+The match comes from `prefixMatchInfoProducerName` (else the prefix-cache-scorer's producer, else
+the plugin called `approx-prefix-cache-producer`), found as `no-hit-lru-scorer` finds it; the
+producer's match is memoized per cycle, so the scorers after this filter read the same one, and
+this filter tells it every decision (as prefix-cache-scorer does; it learns each request once).
+`prefillCalibrationFile` (a calibration record) is refused: set `peakPrefillThroughput`.
+
+llm-d's advice holds here too: after this filter, use one load scorer (`token-load-scorer` for
+prefill-bound traffic) and no separately weighted prefix scorer, else the break can not move a
+request off a warm endpoint."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from scheduler.cycle_state import CycleState
+from scheduler.interfaces import (
+    Filter,
+    Parameters,
+    PluginHandle,
+    ResponseComplete,
+    ResponseFirstToken,
+    TentativePreRequest,
+)
+from scheduler.plugins.producers.inflight_load import inflight_load_for
+from scheduler.plugins.producers.predicted_latency import PredictedLatencyProducer
+from scheduler.plugins.scorers.no_hit_lru import find_prefix_producer
+from scheduler.plugins.support.inflight_load import InFlightLoad
+from scheduler.registry import register
+from scheduler.types import Endpoint, LLMRequest, SchedulingResult
+
+DEFAULT_PEAK_PREFILL_THROUGHPUT = 15928.0  # tokens/s: llm-d's calibration (Qwen 32B, 2x H100, TP=2, vLLM 0.19)
+
+# What a filter run decided, counted per outcome (llm-d's decisions_total outcomes).
+OUTCOMES = ("not_applicable", "exploration", "no_match", "missing_signal", "load_override", "sticky")
+NOT_APPLICABLE, EXPLORATION, NO_MATCH, MISSING_SIGNAL, LOAD_OVERRIDE, STICKY = OUTCOMES
+
+
+class PrefixCacheAffinityParameters(Parameters):
+    affinity_threshold: float = Field(default=0.80, alias="affinityThreshold", ge=0.0, le=1.0)
+    exploration_probability: float = Field(default=0.0, alias="explorationProbability", ge=0.0, le=1.0)
+    max_ttft_penalty_ms: float = Field(default=18000.0, alias="maxTTFTPenaltyMs", ge=0.0)
+    ttft_source: Literal["prefillThroughput", "latencyPredictor"] = Field(
+        default="prefillThroughput", alias="ttftSource"
+    )
+    peak_prefill_throughput: float = Field(
+        default=DEFAULT_PEAK_PREFILL_THROUGHPUT, alias="peakPrefillThroughput", ge=0.0
+    )
+    prefill_calibration_file: str = Field(default="", alias="prefillCalibrationFile")
+    prefill_calibration_fingerprint: str = Field(default="", alias="prefillCalibrationFingerprint")
+    prefill_calibration_required: bool = Field(default=False, alias="prefillCalibrationRequired")
+    prefix_match_info_producer_name: str = Field(default="", alias="prefixMatchInfoProducerName")
+    latency_prediction_info_producer_name: str = Field(default="", alias="latencyPredictionInfoProducerName")
+    in_flight_load_producer_name: str = Field(default="", alias="inFlightLoadProducerName")
+
+    @field_validator("prefill_calibration_file")
+    @classmethod
+    def _no_calibration_records(cls, value: str) -> str:
+        if value:
+            raise ValueError(
+                "calibration records are not read here: measure the pods' peak prefill throughput and set "
+                "peakPrefillThroughput"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _throughput_needed(self) -> PrefixCacheAffinityParameters:
+        gate = self.max_ttft_penalty_ms > 0 and self.ttft_source == "prefillThroughput"
+        if gate and self.peak_prefill_throughput == 0:
+            raise ValueError("peakPrefillThroughput must be > 0 when ttftSource is prefillThroughput")
+        return self
+
+
+@register
+class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken, ResponseComplete):
+    type_name = "prefix-cache-affinity-filter"
+    Parameters = PrefixCacheAffinityParameters
+
+    def setup(self, handle: PluginHandle) -> None:
+        p = self.params
+        self.producer = find_prefix_producer(handle, p.prefix_match_info_producer_name)
+        self.rng = random.Random()
+        self.decisions = dict.fromkeys(OUTCOMES, 0)
+        self.load: InFlightLoad | None = None
+        self.predictor: PredictedLatencyProducer | None = None
+        if p.max_ttft_penalty_ms > 0 and p.ttft_source == "prefillThroughput":
+            self.load = inflight_load_for(handle)
+        elif p.max_ttft_penalty_ms > 0:
+            name = p.latency_prediction_info_producer_name or PredictedLatencyProducer.type_name
+            self.predictor = handle.plugin_of_type(name, PredictedLatencyProducer, "latencyPredictionInfoProducerName")
+
+    # -- the filter ------------------------------------------------------------------------------
+
+    def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
+        p = self.params
+        if len(endpoints) <= 1 or p.affinity_threshold <= 0:
+            return self._decided(NOT_APPLICABLE, endpoints)
+        if p.exploration_probability > 0 and self.rng.random() < p.exploration_probability:
+            return self._decided(EXPLORATION, endpoints)
+        infos = self.producer.produce(cycle_state, request, endpoints)
+        sticky, rest = [], []
+        for ep in endpoints:
+            info = infos.get(ep.name)
+            score = info.match_blocks / info.total_blocks if info is not None and info.total_blocks > 0 else 0.0
+            (sticky if score >= p.affinity_threshold else rest).append(ep)
+        if not sticky:
+            return self._decided(NO_MATCH, endpoints)
+        if p.max_ttft_penalty_ms > 0 and rest:
+            ttft = self._ttft_ms(cycle_state, request, endpoints)
+            best_sticky = min((ttft[ep.name] for ep in sticky if ep.name in ttft), default=None)
+            best_rest = min((ttft[ep.name] for ep in rest if ep.name in ttft), default=None)
+            if best_sticky is None or best_rest is None:
+                return self._decided(MISSING_SIGNAL, endpoints)
+            if best_sticky - best_rest > p.max_ttft_penalty_ms:
+                return self._decided(LOAD_OVERRIDE, endpoints)
+        return self._decided(STICKY, sticky)
+
+    def _ttft_ms(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[str, float]:
+        """Per endpoint name, the TTFT the gate compares (an endpoint without the signal absent)."""
+        if self.predictor is not None:
+            predicted = self.predictor.predictions(cycle_state, request, endpoints)
+            return {} if predicted is None else {name: pr.ttft_ms for name, pr in predicted.items()}
+        assert self.load is not None
+        tokens, per_ms = self.load.tokens(), self.params.peak_prefill_throughput / 1000.0
+        return {ep.name: tokens.get(ep.name, 0) / per_ms for ep in endpoints}
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The signal's clock (re-pointed by tests and the simulation's virtual time)."""
+        source = self.load if self.load is not None else self.predictor
+        return source.clock if source is not None else time.monotonic
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        if self.load is not None:
+            self.load.clock = clock
+        elif self.predictor is not None:
+            self.predictor.clock = clock
+
+    def _decided(self, outcome: str, endpoints: list[Endpoint]) -> list[Endpoint]:
+        self.decisions[outcome] += 1
+        return endpoints
+
+    # -- the lifecycle: the producer learns the decision; the gate's signal follows the request -----
+
+    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
+        self.producer.learn(request, result)  # once per request, however many plugins read it
+        if self.load is not None:
+            self.load.add(request, result)
+        elif self.predictor is not None:
+            self.predictor.learn_decision(request, result)
+
+    def withdraw(self, request: LLMRequest) -> None:
+        if self.load is not None:
+            self.load.complete(request)
+
+    def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
+        if self.load is not None:
+            self.load.first_token(request)
+        elif self.predictor is not None:
+            self.predictor.learn_first_token(request)
+
+    def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
+        if self.load is not None:
+            self.load.complete(request)
+        elif self.predictor is not None:
+            self.predictor.learn_complete(request)
