@@ -2,8 +2,10 @@
 
 vLLM hashes each *full* block of `block_size` tokens, chained: a block's digest is the hash of the
 tuple `(parent digest, block's token ids, extra keys)`, and the first block's parent is `NONE_HASH`,
-the hash of the engine's `PYTHONHASHSEED` string (random when that is unset: such an engine's keys
-cannot be reproduced by anyone). The hash function is the engine's `--prefix-caching-hash-algo`:
+the hash of a seed string (`resolve_none_hash_seed` in vllm/v1/core/kv_cache_utils.py): the engine's
+`PYTHONHASHSEED` when set; unset, the fixed "vllm-none-hash" for the SHA-256 algorithms and 32
+random bytes per process for the xxhash ones (such an engine's keys can be reproduced by no one).
+The hash function is the engine's `--prefix-caching-hash-algo`:
 
 * `sha256_cbor` (the default): SHA-256 of the canonical CBOR encoding (`cbor2`);
 * `sha256`: SHA-256 of the pickle (highest protocol) — Python-specific;
@@ -18,6 +20,7 @@ carries the digest's external form: the low 64 bits, big-endian, as an unsigned 
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,6 +52,20 @@ HASH_ALGOS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], bytes]]] =
 }
 
 
+DEFAULT_NONE_HASH_SEED = "vllm-none-hash"  # vLLM's seed without PYTHONHASHSEED, SHA-256 algorithms
+NON_CRYPTO_ALGOS = frozenset({"xxhash", "xxhash_cbor"})  # their unset seed is random per process
+
+
+def none_hash_seed(algo: str, pythonhashseed: str | None) -> str:
+    """The seed vLLM derives NONE_HASH from: PYTHONHASHSEED when set, else the fixed default for
+    the SHA-256 algorithms and fresh random bytes for the xxhash ones."""
+    if pythonhashseed is not None:
+        return str(pythonhashseed)
+    if algo in NON_CRYPTO_ALGOS:
+        return os.urandom(32).hex()
+    return DEFAULT_NONE_HASH_SEED
+
+
 def external_hash(digest: bytes) -> int:
     """The int vLLM publishes for a block digest: its last 8 bytes, big-endian, unsigned."""
     return int.from_bytes(digest, "big") & _MASK64
@@ -57,9 +74,9 @@ def external_hash(digest: bytes) -> int:
 class BlockHasher:
     """vLLM's block keys for one engine setting (block size, hash algorithm, seed).
 
-    `seed` is the engine's `PYTHONHASHSEED`; `None` means the empty string (llm-d's default
-    `hashSeed`). A hasher remembers the digests it made (bounded), so a chain can be continued
-    from an external `parent` hash it produced, and a hot prefix is hashed once.
+    `seed` is the engine's `PYTHONHASHSEED`; `None`: unset, as vLLM resolves it (`none_hash_seed`).
+    A hasher remembers the digests it made (bounded), so a chain can be continued from an external
+    `parent` hash it produced, and a hot prefix is hashed once.
     """
 
     __slots__ = ("_digest", "_encode", "_full", "_memo", "algo", "block_size", "none_hash", "seed")
@@ -71,7 +88,7 @@ class BlockHasher:
             raise ValueError(f"unknown prefix-caching hash algorithm {algo!r}: one of {sorted(HASH_ALGOS)}")
         self.block_size = block_size
         self.algo = algo
-        self.seed = "" if seed is None else str(seed)
+        self.seed = none_hash_seed(algo, seed)
         self._encode, self._digest = HASH_ALGOS[algo]
         self.none_hash = self._digest(self._encode(self.seed))
         self._memo: dict[tuple[bytes, tuple[int, ...], tuple[Any, ...] | None], bytes] = {}

@@ -67,7 +67,11 @@ class PodConfig(_Strict):
     kv_events: bool = Field(False, description="publish vLLM KV events (ZMQ PUB + replay) and key blocks as vLLM does")
     kv_events_port: int = Field(0, ge=0, le=65535, description="PUB port (0: a free one); replay port: a free one")
     prefix_caching_hash_algo: Literal["sha256_cbor", "sha256", "xxhash_cbor", "xxhash"] = "sha256_cbor"
-    hash_seed: str = Field("", description="the PYTHONHASHSEED vLLM would run with (seeds NONE_HASH)")
+    hash_seed: str | None = Field(
+        None,
+        description="the PYTHONHASHSEED vLLM would run with (seeds NONE_HASH); unset: as vLLM without it "
+        "('vllm-none-hash' for sha256 algorithms, random for xxhash ones)",
+    )
     tokenizer: str = Field(
         "", description="a tokenizer.json: count, cache and hash the prompt's real token ids (empty: 4 chars a token)"
     )

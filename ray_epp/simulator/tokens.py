@@ -91,10 +91,10 @@ def flatten_messages(messages: Sequence[Any]) -> str:
 
 # One vLLM-style hasher per setting for every engine of the process: pods of one simulation see the
 # same prompts, and a hasher remembers the blocks it hashed.
-_HASHERS: dict[tuple[int, str, str], BlockHasher] = {}
+_HASHERS: dict[tuple[int, str, str | None], BlockHasher] = {}
 
 
-def vllm_hasher(block_size: int, algo: str, seed: str) -> BlockHasher:
+def vllm_hasher(block_size: int, algo: str, seed: str | None) -> BlockHasher:
     """The shared `kvevents.BlockHasher` for vLLM block keys with these settings."""
     key = (block_size, algo, seed)
     h = _HASHERS.get(key)

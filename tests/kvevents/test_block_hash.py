@@ -62,3 +62,19 @@ def test_external_hash_is_the_low_64_bits_big_endian() -> None:
 def test_bad_settings_are_clear_errors(args: tuple, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         BlockHasher(*args)
+
+
+def test_an_unset_seed_is_resolved_as_vllm_does():
+    """vllm/v1/core/kv_cache_utils.py resolve_none_hash_seed: the fixed "vllm-none-hash" for the
+    SHA-256 algorithms, fresh random bytes per process for xxhash, PYTHONHASHSEED when set."""
+    import hashlib
+
+    import cbor2
+
+    assert BlockHasher(16, "sha256_cbor").none_hash == hashlib.sha256(
+        cbor2.dumps("vllm-none-hash", canonical=True)
+    ).digest()
+    assert BlockHasher(16, "sha256").seed == "vllm-none-hash"
+    assert BlockHasher(16, "xxhash_cbor").seed != BlockHasher(16, "xxhash_cbor").seed
+    assert BlockHasher(16, "xxhash", seed="42").seed == "42"
+    assert BlockHasher(16, "sha256_cbor", seed="").seed == ""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_epp.kvevents import AllBlocksCleared, BlockStored, KVEventBatch
+from ray_epp.kvevents import AllBlocksCleared, BlockHasher, BlockStored, KVEventBatch
 from scheduler import Scheduler
 from scheduler.config import load_config, load_config_file
 from scheduler.cycle_state import CycleState
@@ -233,3 +233,21 @@ def test_llm_d_parameters_load():
     )
     producer = producer_of(Scheduler.from_config(cfg))
     assert producer.precise.block_size == 16 and producer.kv_event_port() == 5600
+
+
+@pytest.mark.parametrize(
+    ("algo", "engine_seed"),
+    [("sha256_cbor", None), ("sha256", None), ("sha256_cbor", "42"), ("xxhash_cbor", None)],
+    ids=["vllm-default-unset", "sha256-unset", "PYTHONHASHSEED=42", "xxhash-random"],
+)
+def test_the_engines_hash_seed_does_not_matter(sched, algo, engine_seed):
+    """The index keys blocks from the events' token ids, chained from their parents' keys: an
+    engine started without PYTHONHASHSEED (vLLM's "vllm-none-hash", or a random seed for xxhash)
+    is matched as well as one with the seed the config names (`hashSeed` is kept, not needed)."""
+    producer = producer_of(sched)
+    eps = pods()
+    for ep in eps:
+        producer.set_kv_event_status(ep.name, LIVE)
+    hashes = BlockHasher(BS, algo, engine_seed).hashes(TOKENS)
+    producer.apply_kv_events("decode-b", [KVEventBatch(0.0, [BlockStored(hashes, None, TOKENS, BS)])])
+    assert target(sched, tokenized("r1"), eps) == "decode-b"
