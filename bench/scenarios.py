@@ -148,6 +148,21 @@ def build_scenarios() -> dict[str, Scenario]:
             target="uniform",
         ),
         Scenario(
+            name="agentic",
+            title="Agentic sessions (tool-call loops)",
+            description=(
+                "Sessions of 4-16 tool calls and a final answer: 4 agent types' 3,000-token system prompts, a "
+                "300-token task, each turn the whole conversation so far, 30-150 output tokens a tool call "
+                "(200-500 the answer), tool results of 100-1,000 tokens (1,500-3,000 in a tenth of the "
+                "sessions), 1 s mean tool time between turns, up to 8,192 tokens; 8 pods."
+            ),
+            pods=lambda: make_pod_configs(8),
+            workload=lambda rate, seed, n: wl.agentic_workload(rate, seed, wl.AgenticSpec(num_requests=n)),
+            fractions=(0.5, NEAR_SATURATION, 1.1),
+            policies=("epp-default", "epp-llmd-sticky-until-saturated", "sglang-cache-aware", "round-robin"),
+            duration_s=60,
+        ),
+        Scenario(
             name="sharegpt",
             title="ShareGPT conversations (multi-turn)",
             description=(

@@ -1,5 +1,6 @@
 """Benchmark workloads: seeded lists of `simulator.SimRequest` sorted by arrival time."""
 
+from bench.workloads.agentic import AgenticSpec, agentic_workload
 from bench.workloads.common import WorkloadUnavailable, completion_request
 from bench.workloads.shared_prefix import (
     CACHE_PRESSURE,
@@ -32,10 +33,12 @@ __all__ = [
     "LORA_ADAPTERS",
     "SGLANG_GSP",
     "SHEDDABLE",
+    "AgenticSpec",
     "RandomPromptSpec",
     "ShareGPTSpec",
     "SharedPrefixSpec",
     "WorkloadUnavailable",
+    "agentic_workload",
     "completion_request",
     "load_conversations",
     "mixed_priority_spec",
