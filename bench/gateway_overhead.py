@@ -4,8 +4,8 @@ Targets, each in front of the same fake workers (bench/fake_worker.py, answering
 direct, the best minimal Ray Serve forwarder (bench/serve_forwarder.py), our gateway (`epp up`:
 a decision through the profile actors per request; `epp-flow-control`: the same with the
 `flowControl` gate on, so every request passes the gateway's queue; `-window-1` with one dispatched
-request at a time), sglang-router and vllm-router (optional
-extras, `pip install -e .[peers]`; skipped with a note when absent).
+request at a time), SMG (the SGLang Model Gateway, `cache_aware`), sglang-router and vllm-router
+(optional extras, `pip install -e .[peers]`; skipped with a note when absent).
 
 Per target: sequential p50/p99 (and added over direct), closed-loop req/s at concurrency 32,
 streaming time to first byte (20 events, 10 ms apart), decision time (our gateway's
@@ -82,7 +82,7 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
     pods.write_text(
         json.dumps([{"name": f"w{i}", "address": "127.0.0.1", "port": p + offset} for i, p in enumerate(WORKER_PORTS)])
     )
-    fwd, epp, sgl, vll, flow, flow1 = (str(p + offset) for p in (8300, 8400, 8500, 8600, 8700, 8800))
+    fwd, epp, sgl, vll, flow, flow1, smg = (str(p + offset) for p in (8300, 8400, 8500, 8600, 8700, 8800, 8900))
     # The default config with the flowControl gate on: every request passes the gateway's queue.
     flow_cfg = tmp / "default-flow-control.yaml"
     cfg = yaml.safe_load((ROOT / "ray_epp" / "configs" / "default.yaml").read_text())
@@ -130,6 +130,12 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
             ],
             f"http://127.0.0.1:{sgl}/health",
             f"http://127.0.0.1:{sgl}",
+        )
+    if sm := _bin("smg"):  # SGLang Model Gateway, the successor of sglang-router
+        out["smg"] = (
+            [sm, "launch", "--worker-urls", *workers, "--policy", "cache_aware", "--host", "127.0.0.1", "--port", smg],
+            f"http://127.0.0.1:{smg}/health",
+            f"http://127.0.0.1:{smg}",
         )
     if vr := _bin("vllm-router"):
         out["vllm-router"] = (
