@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -118,7 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmd_parser.set_defaults(func=getattr(module, f"run_{command.name}"))
 
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:  # `epp validate pd | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _cannot_load(command: Subcommand, err: ImportError) -> int:
