@@ -2,7 +2,7 @@
 
 Slotted dataclasses: they are built and read on every request. `Metrics`, `Endpoint` and
 `LLMRequest` are the public API's input: each checks its fields where they enter (scheduler/
-normalise.py), converting a value of another usable type (a list of model names, a mapping for
+input_coercion.py), converting a value of another usable type (a list of model names, a mapping for
 labels) and raising TypeError / ValueError for the rest, at the cost of a type check per field."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.normalise import (
+from scheduler.input_coercion import (
     model_counts,
     names,
     plain_dict,

@@ -1,4 +1,4 @@
-"""The public types check their input where it enters (scheduler/normalise.py): usable values of
+"""The public types check their input where it enters (scheduler/input_coercion.py): usable values of
 another type become the internal form, the rest a TypeError / ValueError naming the field."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Scorer, ScorerCategory
-from scheduler.plugins.scorers.normalize import fewer_is_better
+from scheduler.plugins.scorers.min_max import fewer_is_better
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 

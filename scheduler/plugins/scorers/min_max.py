@@ -1,4 +1,4 @@
-"""Score normalisation shared by the metric scorers (not a plugin)."""
+"""Min-max score scaling shared by the metric scorers (not a plugin)."""
 
 from __future__ import annotations
 
