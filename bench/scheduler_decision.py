@@ -104,8 +104,14 @@ class Workload:
             yield LLMRequest(request_id=f"r{self.count}", target_model=MODEL, body=body)
 
 
-# scorers that read the prefix scorer's match data and so cannot run without it
-NEEDS_PREFIX_DATA = {"prefix-cache-scorer", "prefix-home-balance-scorer", "no-hit-lru-scorer"}
+# plugins that read the prefix scorer's match data and so cannot run without it
+NEEDS_PREFIX_DATA = {
+    "prefix-cache-scorer",
+    "prefix-home-balance-scorer",
+    "no-hit-lru-scorer",
+    "candidate-subset-filter",
+    "prefix-cache-affinity-filter",
+}
 
 
 def without_prefix_scorer(config: EndpointPickerConfig) -> EndpointPickerConfig:
