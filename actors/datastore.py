@@ -310,6 +310,17 @@ class DatastoreActor:
         await self._ready()
         return self._core.status()
 
+    async def observability(self) -> dict[str, Any]:
+        """What /metrics shows of the datastore: per pod its state and the age of its last
+        successful report (None before the first), and the failed scrapes counted since it started."""
+        await self._ready()
+        now = time.monotonic()
+        pods = [
+            (p.spec.name, p.state.value, None if p.last_seen is None else now - p.last_seen)
+            for p in self._core.pods.values()
+        ]
+        return {"pods": pods, "scrape_errors": dict(self._core.scrape_errors)}
+
     async def models(self) -> list[str]:
         await self._readable()
         return self._core.models()

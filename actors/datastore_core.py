@@ -18,7 +18,7 @@ from typing import Any
 
 from actors.options import ActorOptions
 from actors.pod_state import PodRecord, PodState
-from actors.scrape_report import ScrapeReport
+from actors.scrape_report import EXTRACT_ERROR_PREFIX, ScrapeReport
 from scheduler import Endpoint, Metrics, ServedModel
 
 log = logging.getLogger("ray_epp.actors.datastore")
@@ -35,6 +35,9 @@ class DatastoreCore:
         self._snapshot_version = -1
         self._snapshot: list[Endpoint] = []
         self._lists: dict[tuple[ServedModel, ...], tuple[ServedModel, ...]] = {}
+        # Failed scrapes since this datastore started (llm-d's data-layer error counters), by kind:
+        # the page did not come (poll) or could not be read as metrics (extract).
+        self.scrape_errors = {"poll": 0, "extract": 0}
 
     # --- versions and snapshots ----------------------------------------------------------------
 
@@ -146,10 +149,18 @@ class DatastoreCore:
                 consecutive_failures if consecutive_failures is not None else pod.consecutive_failures + 1
             )
             pod.last_error = error or "scrape failed"
+        before = pod.total_failures
         if total_failures is not None:
             pod.total_failures = total_failures
         elif metrics is None or error is not None:
             pod.total_failures += 1
+        added = pod.total_failures - before
+        if added < 0:  # its metrics actor started again: its count did too
+            added = pod.total_failures
+        if added:
+            # failures the metrics actor did not report one by one count as the last one reported
+            kind = "extract" if (error or pod.last_error or "").startswith(EXTRACT_ERROR_PREFIX) else "poll"
+            self.scrape_errors[kind] += added
         state = pod.health(now, self.options)
         if state is not pod.state:
             unhealthy = state is PodState.UNHEALTHY

@@ -129,6 +129,22 @@ class KVEventFeeds:
             }
         return out
 
+    def metric_samples(self, profile: str) -> dict[tuple[str, tuple[str, ...]], float]:
+        """This actor's subscriptions as metric samples (actors/metric_families.py): per pod its
+        state, gaps and lost batches (Ray EPP's), batches received (llm-d's messages), and the
+        subscribers running and batches not yet delivered (llm-d's)."""
+        out: dict[tuple[str, tuple[str, ...]], float] = {
+            ("llm_d_epp_kv_cache_events_active_subscribers", ()): float(len(self._subs)),
+            ("llm_d_epp_kv_cache_events_pool_queue_depth", ()): float(len(self._pending)),
+        }
+        for pod, (_, sub) in self._subs.items():
+            st = sub.status()
+            out[("ray_epp_kv_events_subscriber_state", (profile, pod, str(st.state)))] = 1.0
+            out[("ray_epp_kv_events_gaps_total", (profile, pod))] = float(st.gaps)
+            out[("ray_epp_kv_events_lost_total", (profile, pod))] = float(st.lost)
+            out[("llm_d_epp_kv_cache_events_messages_received_total", (pod,))] = float(st.batches)
+        return out
+
     def close(self) -> None:
         for pod in list(self._subs):
             self._stop(pod, gone=False)

@@ -3,166 +3,46 @@
 Each process records into a cheap local `MetricsRecorder` (dict increments on the hot path) and
 pushes its whole cumulative state to the named `MetricsHub` actor every second. Whole state, not
 deltas: a lost or repeated push changes nothing. The hub sums the sources and renders Prometheus
-text with GIE's metric names."""
+text with GIE's and llm-d's metric names (actors/metric_families.py; docs/OBSERVABILITY.md)."""
 
 from __future__ import annotations
 
 import asyncio
 import bisect
 import contextlib
+import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from actors.metric_families import BUCKETS, COUNTER, FAMILIES, GAUGE, Family
 
 HUB_NAME = "epp-metrics-hub"
+# A source that has not pushed for this long is gone (a replica or actor that died): its gauges no
+# longer count (its in-flight requests are not in flight), its counters and histograms still do.
+GAUGE_TTL_S = 10.0
 
-LATENCY_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-REQUEST_BUCKETS = (
-    0.005,
-    0.025,
-    0.05,
-    0.1,
-    0.2,
-    0.4,
-    0.6,
-    0.8,
-    1.0,
-    1.25,
-    1.5,
-    2,
-    3,
-    4,
-    5,
-    6,
-    8,
-    10,
-    15,
-    20,
-    30,
-    45,
-    60,
-    120,
-    180,
-    240,
-    300,
-    360,
-    480,
-    600,
-    900,
-    1200,
-    1800,
-    2700,
-    3600,
-)
-
-QUEUE_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-# name -> (kind, help, label names, buckets)
-METRICS: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...]]] = {
-    "inference_extension_scheduler_e2e_duration_seconds": (
-        "histogram",
-        "End-to-end scheduling latency distribution in seconds.",
-        (),
-        LATENCY_BUCKETS,
-    ),
-    "inference_extension_scheduler_attempts_total": (
-        "counter",
-        "Total number of scheduling attempts.",
-        ("status", "target_model_name"),
-        (),
-    ),
-    "inference_extension_plugin_duration_seconds": (
-        "histogram",
-        "Plugin processing latency distribution in seconds for each extension point, plugin type and plugin name.",
-        ("extension_point", "plugin_type", "plugin_name"),
-        LATENCY_BUCKETS,
-    ),
-    "inference_objective_request_total": (
-        "counter",
-        "Counter of inference objective requests broken out for each model and target model.",
-        ("model_name", "target_model_name", "priority"),
-        (),
-    ),
-    "inference_objective_request_error_total": (
-        "counter",
-        "Counter of inference objective requests errors broken out for each model and target model.",
-        ("model_name", "target_model_name", "error_code"),
-        (),
-    ),
-    "inference_objective_request_duration_seconds": (
-        "histogram",
-        "Inference objective response latency distribution in seconds for each model and target model.",
-        ("model_name", "target_model_name"),
-        REQUEST_BUCKETS,
-    ),
-    "inference_objective_request_ttft_seconds": (
-        "histogram",
-        "Inference objective time to first token distribution in seconds (as the gateway saw it).",
-        ("model_name", "target_model_name"),
-        REQUEST_BUCKETS,
-    ),
-    "inference_objective_running_requests": (
-        "gauge",
-        "Inference objective number of running requests in each model.",
-        ("model_name",),
-        (),
-    ),
-    # Flow control (GIE's names and labels, pkg/epp/metrics in llm-d-router): requests and bytes
-    # waiting now, and how long each waited until its outcome (Dispatched, EvictedTTL, ...).
-    "inference_extension_flow_control_queue_size": (
-        "gauge",
-        "Current number of requests actively held in the Flow Control queue.",
-        ("fairness_id", "priority", "inference_pool", "model_name", "target_model_name"),
-        (),
-    ),
-    "inference_extension_flow_control_queue_bytes": (
-        "gauge",
-        "Current total size in bytes of requests actively held in the Flow Control queue.",
-        ("fairness_id", "priority", "inference_pool", "model_name", "target_model_name"),
-        (),
-    ),
-    "inference_extension_flow_control_request_queue_duration_seconds": (
-        "histogram",
-        "Distribution of total time requests spend in the Flow Control layer (from enqueue to final outcome).",
-        ("fairness_id", "priority", "outcome", "inference_pool", "model_name", "target_model_name"),
-        QUEUE_BUCKETS,
-    ),
-    # program-aware-fairness's gauges (llm-d's names, pkg/epp/framework/plugins/flowcontrol/
-    # fairness/program-aware): the answering gateway replica's policy, read at render time.
-    "llm_d_epp_program_aware_jains_fairness_index": (
-        "gauge",
-        "Jain's fairness index over average wait time across active programs.",
-        (),
-        (),
-    ),
-    "llm_d_epp_program_aware_avg_wait_time_milliseconds": (
-        "gauge",
-        "Cumulative mean of flow-control queue wait time per program in milliseconds.",
-        ("program_id",),
-        (),
-    ),
-    "llm_d_epp_program_aware_attained_service_tokens": (
-        "gauge",
-        "Time-decayed attained service (weighted tokens consumed) per program.",
-        ("program_id",),
-        (),
-    ),
-    "disagg_decision_total": ("counter", "Prefill/decode disaggregation decisions.", ("decision",), ()),
-    "disagg_prefill_failure_total": ("counter", "Prefill calls that failed, by what happened next.", ("outcome",), ()),
-}
+Key = tuple[str, tuple[str, ...]]
+# A collector reports values read when the state is taken (an index's size, a subscriber's state),
+# for scalar families: (name, labels) -> value.
+Collector = Callable[[], dict[Key, float]]
 
 
 class MetricsRecorder:
-    """Local, lock-free accumulation; `state()` is the cumulative snapshot that is pushed."""
+    """Local, lock-free accumulation; `state()` is the cumulative snapshot that is pushed. Names
+    are families of actors/metric_families.py."""
 
-    __slots__ = ("_counters", "_gauges", "_histograms")
+    __slots__ = ("_collectors", "_counters", "_gauges", "_histograms")
 
     def __init__(self) -> None:
-        self._counters: dict[tuple[str, tuple[str, ...]], float] = {}
-        self._gauges: dict[tuple[str, tuple[str, ...]], float] = {}
-        self._histograms: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+        self._counters: dict[Key, float] = {}
+        self._gauges: dict[Key, float] = {}
+        self._histograms: dict[Key, list[float]] = {}
+        self._collectors: list[Collector] = []
 
     def inc(self, name: str, labels: tuple[str, ...] = (), amount: float = 1.0) -> None:
         key = (name, labels)
@@ -175,11 +55,24 @@ class MetricsRecorder:
     def observe(self, name: str, value: float, labels: tuple[str, ...] = ()) -> None:
         key = (name, labels)
         counts = self._histograms.get(key)
-        buckets = METRICS[name][3]
+        buckets = BUCKETS[name]
         if counts is None:
             counts = self._histograms[key] = [0.0] * (len(buckets) + 2)  # buckets..., +Inf, sum
         counts[bisect.bisect_left(buckets, value)] += 1
         counts[-1] += value
+
+    def counts(self, name: str, labels: tuple[str, ...] = ()) -> list[float]:
+        """A histogram series' own counts (bucket..., +Inf, sum), for a caller that observes it
+        often (a stream's chunk gaps): `counts[bisect_left(BUCKETS[name], v)] += 1; counts[-1] += v`."""
+        key = (name, labels)
+        counts = self._histograms.get(key)
+        if counts is None:
+            counts = self._histograms[key] = [0.0] * (len(BUCKETS[name]) + 2)
+        return counts
+
+    def add_collector(self, collector: Collector) -> None:
+        """Also report what `collector` returns each time the state is taken (once per push)."""
+        self._collectors.append(collector)
 
     def plugin_timer(self, extension_point: str, plugin: Any, seconds: float) -> None:
         """A scheduler.PluginTimer."""
@@ -188,61 +81,111 @@ class MetricsRecorder:
         )
 
     def state(self) -> dict[str, dict]:
+        gauges = dict(self._gauges)
+        for collect in self._collectors:
+            with contextlib.suppress(Exception):  # a broken collector must not stop the push
+                gauges.update(collect())
         return {
             "counters": dict(self._counters),
-            "gauges": dict(self._gauges),
+            "gauges": gauges,
             "histograms": {k: list(v) for k, v in self._histograms.items()},
         }
 
 
-def render(states: list[dict[str, dict]], extra_gauges: dict[str, list[tuple[tuple[str, ...], float]]]) -> bytes:
-    """Prometheus text of the sum over sources, plus gauges computed at render time."""
-    counters: dict[tuple[str, tuple[str, ...]], float] = {}
-    gauges: dict[tuple[str, tuple[str, ...]], float] = {}
-    hists: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+def render(states: list[dict[str, dict]], extra: dict[Key, float] | None = None) -> bytes:
+    """Prometheus text of the sum over sources, plus `extra` values computed when the page is read
+    (pool gauges, the build, the datastore's counts), of every family in the catalogue: recorded
+    ones as summed, views from their sources (actors/metric_families.py)."""
+    scalars: dict[str, dict[tuple[str, ...], float]] = {}
+    hists: dict[str, dict[tuple[str, ...], list[float]]] = {}
     for st in states:
-        for k, v in st["counters"].items():
-            counters[k] = counters.get(k, 0.0) + v
-        for k, v in st["gauges"].items():
-            gauges[k] = gauges.get(k, 0.0) + v
-        for k, v in st["histograms"].items():
-            acc = hists.setdefault(k, [0.0] * len(v))
+        for part in ("counters", "gauges"):
+            for (name, labels), v in st[part].items():
+                by = scalars.setdefault(name, {})
+                by[labels] = by.get(labels, 0.0) + v
+        for (name, labels), v in st["histograms"].items():
+            acc = hists.setdefault(name, {}).setdefault(labels, [0.0] * len(v))
             for i, x in enumerate(v):
                 acc[i] += x
+    for (name, labels), v in (extra or {}).items():
+        by = scalars.setdefault(name, {})
+        by[labels] = by.get(labels, 0.0) + v
 
     class _Collector:
         def collect(self):
-            for name, (kind, help_text, label_names, buckets) in METRICS.items():
-                if kind == "counter":
-                    fam = CounterMetricFamily(name.removesuffix("_total"), help_text, labels=label_names)
-                    for (n, labels), v in counters.items():
-                        if n == name:
-                            fam.add_metric(list(labels), v)
-                elif kind == "gauge":
-                    fam = GaugeMetricFamily(name, help_text, labels=label_names)
-                    for (n, labels), v in gauges.items():
-                        if n == name:
-                            fam.add_metric(list(labels), v)
-                else:
-                    fam = HistogramMetricFamily(name, help_text, labels=label_names)
-                    for (n, labels), counts in hists.items():
-                        if n == name:
-                            cumulative, running = [], 0.0
-                            for bound, c in zip([*map(str, buckets), "+Inf"], counts[:-1], strict=True):
-                                running += c
-                                cumulative.append((bound, running))
-                            fam.add_metric(list(labels), cumulative, counts[-1])
-                yield fam
-            for name, samples in extra_gauges.items():
-                label_names = ("name",) if samples and len(samples[0][0]) == 1 else ()
-                fam = GaugeMetricFamily(name, name.replace("_", " "), labels=label_names)
-                for labels, v in samples:
-                    fam.add_metric(list(labels), v)
-                yield fam
+            for fam in FAMILIES.values():
+                if fam.exposed:
+                    yield _family(fam, scalars, hists)
 
     registry = CollectorRegistry()
     registry.register(_Collector())
     return generate_latest(registry)
+
+
+def _family(fam: Family, scalars: dict, hists: dict) -> Any:
+    source = fam.view_of or fam.name
+    if fam.kind == COUNTER:
+        out = CounterMetricFamily(fam.name.removesuffix("_total"), fam.help, labels=fam.labels)
+    elif fam.kind == GAUGE:
+        out = GaugeMetricFamily(fam.name, fam.help, labels=fam.labels)
+    else:
+        out = HistogramMetricFamily(fam.name, fam.help, labels=fam.labels)
+        samples = hists.get(source, {})
+        if fam.view_of is not None:
+            samples = _hist_view(fam, samples)
+        for labels, counts in samples.items():
+            cumulative, running = [], 0.0
+            for bound, c in zip([*map(floatToGoString, fam.buckets), "+Inf"], counts[:-1], strict=True):
+                running += c
+                cumulative.append((bound, running))
+            out.add_metric(list(labels), cumulative, counts[-1])
+        return out
+    values = scalars.get(source, {})
+    if fam.view_of is not None:
+        values = _scalar_view(fam, values)
+    for labels, v in values.items():
+        out.add_metric(list(labels), v)
+    return out
+
+
+def _projection(fam: Family) -> tuple[list[int], list[tuple[int, str]]]:
+    src = FAMILIES[fam.view_of]  # type: ignore[index]
+    index = {n: i for i, n in enumerate(src.labels)}
+    keep = [index[n] for n in (fam.view_labels or fam.labels)]
+    where = [(index[n], v) for n, v in fam.where]
+    return keep, where
+
+
+def _scalar_view(fam: Family, values: dict[tuple[str, ...], float]) -> dict[tuple[str, ...], float]:
+    keep, where = _projection(fam)
+    out: dict[tuple[str, ...], float] = {}
+    for labels, v in values.items():
+        if all(labels[i] == want for i, want in where):
+            key = tuple(labels[i] for i in keep)
+            out[key] = out.get(key, 0.0) + v
+    return out
+
+
+def _hist_view(fam: Family, samples: dict[tuple[str, ...], list[float]]) -> dict[tuple[str, ...], list[float]]:
+    keep, where = _projection(fam)
+    src_buckets = FAMILIES[fam.view_of].buckets  # type: ignore[index]
+    # each source bucket (and +Inf) counts into the first of ours whose bound is at least its own
+    into = [bisect.bisect_left(fam.buckets, b) for b in src_buckets] + [len(fam.buckets)]
+    out: dict[tuple[str, ...], list[float]] = {}
+    for labels, counts in samples.items():
+        if not all(labels[i] == want for i, want in where):
+            continue
+        acc = out.setdefault(tuple(labels[i] for i in keep), [0.0] * (len(fam.buckets) + 2))
+        for i, c in enumerate(counts[:-1]):
+            acc[into[i]] += c
+        acc[-1] += counts[-1]
+    return out
+
+
+def live_states(states: dict[str, dict], pushed: dict[str, float], now: float) -> list[dict[str, dict]]:
+    """Every source's state; a source silent for GAUGE_TTL_S (monotonic `now`) without its gauges."""
+    old = now - GAUGE_TTL_S
+    return [st if pushed[src] >= old else {**st, "gauges": {}} for src, st in states.items()]
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
@@ -251,12 +194,14 @@ class MetricsHub:
 
     def __init__(self) -> None:
         self._states: dict[str, dict[str, dict]] = {}
+        self._pushed: dict[str, float] = {}
 
     def push(self, source: str, state: dict[str, dict]) -> None:
         self._states[source] = state
+        self._pushed[source] = time.monotonic()
 
     def states(self) -> list[dict[str, dict]]:
-        return list(self._states.values())
+        return live_states(self._states, self._pushed, time.monotonic())
 
     def sizes(self) -> dict[str, int]:
         """Sources held and series across them (bench/soak.py watches both stay bounded)."""

@@ -41,7 +41,7 @@ from scheduler import (
 )
 from scheduler.cycle_state import profile_error_key
 from scheduler.hooks import RequestHooks
-from scheduler.interfaces import kv_event_sinks
+from scheduler.interfaces import bind_plugin_metrics, kv_event_sinks
 from scheduler.plugins.support.inflight import InFlightLedger
 from scheduler.plugins.support.prefix.index import PrefixIndex
 from scheduler.trace import SchedulingTrace
@@ -101,6 +101,8 @@ class ProfileActor:
         self._events = {"pre_request": 0, "first_token": 0, "response_complete": 0, "withdraw": 0}
         self._recorder = MetricsRecorder()
         self._pusher: MetricsPusher | None = None
+        if self._options.push_plugin_metrics:  # plugins with families of their own (the prefix indexer)
+            bind_plugin_metrics(built.plugins.values(), self._recorder)
         # Without a datastore (a Serve request router's actors) every call brings its endpoints.
         self._watcher = asyncio.get_running_loop().create_task(self._watch_loop()) if datastore_name else None
         self._kv_drainer = (
@@ -113,6 +115,10 @@ class ProfileActor:
         self._channel_started = (
             asyncio.get_running_loop().create_task(self._channel.start()) if self._channel is not None else None
         )
+        if self._kv_feeds is not None and self._options.push_plugin_metrics:
+            feeds, name = self._kv_feeds, profile_name
+            self._recorder.add_collector(lambda: feeds.metric_samples(name))
+            self._start_pusher()  # the subscriptions show before the first request
 
     # --- the snapshot --------------------------------------------------------------------------
 
@@ -233,11 +239,12 @@ class ProfileActor:
             self._hooks.response_complete(event.request, event.endpoint_name)
 
     def _start_pusher(self) -> None:
-        """Plugin timings go to the metrics hub (once one exists), like the gateway's own."""
+        """Plugin timings and the plugins' own families go to the metrics hub (once one exists),
+        like the gateway's. One source per process: shards and restarts add up, none overwrites."""
         if self._pusher is None and self._options.push_plugin_metrics:
             with contextlib.suppress(Exception):
                 self._pusher = MetricsPusher(
-                    self._recorder, f"profile-{self._name}", get_or_create_hub(self._namespace)
+                    self._recorder, f"profile-{self._name}-{os.getpid()}", get_or_create_hub(self._namespace)
                 )
                 self._pusher.start()
 

@@ -6,6 +6,10 @@ from typing import NamedTuple
 
 from scheduler import Metrics
 
+# How a scrape's error starts when the page came but could not be read as metrics (an extract error,
+# in llm-d's words; every other failure is a poll error).
+EXTRACT_ERROR_PREFIX = "bad metrics from "
+
 
 class ScrapeReport(NamedTuple):
     """One pod's scrape outcome: a success (`metrics`, no `error`) or a failure (no `metrics`, the

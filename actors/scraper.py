@@ -22,6 +22,7 @@ from ray.exceptions import ActorDiedError
 from actors.http_get import MAX_BODY_BYTES, HttpError, KeepAliveGet, too_large
 from actors.options import ActorOptions, PodSpec
 from actors.report_batcher import ReportRound
+from actors.scrape_report import EXTRACT_ERROR_PREFIX
 from actors.scrape_rules import ReportPolicy, after_scrape
 from scheduler import Metrics, ServedModel
 from scheduler.engine_metrics import DEFAULT_REGISTRY, EngineRegistry, parse_metrics
@@ -255,7 +256,7 @@ class PodScraper:
         if result.ok:
             outcome: tuple[Metrics | None, str | None] = (result.metrics, None)
         else:
-            outcome = None, f"bad metrics from {self.url} (engine {self.engine.name}): {result.error}"
+            outcome = None, f"{EXTRACT_ERROR_PREFIX}{self.url} (engine {self.engine.name}): {result.error}"
         self._last_body, self._last_parsed = body, (None if outcome[0] is None else replace(outcome[0]), outcome[1])
         return outcome
 

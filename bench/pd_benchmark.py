@@ -15,7 +15,7 @@ the simulator's 4 characters a token) and 250 output tokens, Poisson arrivals ov
   on 127.0.0.1: 4 aggregated pods (ray_epp/configs/default.yaml) against 2P+2D (ray_epp/configs/pd.yaml, the
   gateway's orchestrated hand-off), a few modest rates. The client streams (`stream: true`) and
   measures TTFT (first content event), ITL (mean gap between content events) and E2E, in model time
-  (wall time / --time-scale); P/D decisions come from the gateway's `disagg_decision_total`. The
+  (wall time / --time-scale); P/D decisions come from the gateway's `ray_epp_pd_handoffs_total`. The
   same workload through the cluster simulation on the same pods is shown alongside: its prediction.
   One Ray for the whole run, everything stopped at the end.
 
@@ -182,12 +182,15 @@ def flow_throughput(finished: Iterable[tuple[float, int]], window: tuple[float, 
 
 
 def decision_counts(metrics_text: str) -> dict[str, float]:
-    """`disagg_decision_total{decision="..."}` values from a Prometheus page, by decision."""
+    """The gateway's P/D hand-offs (`ray_epp_pd_handoffs_total{outcome="..."}`) from a Prometheus
+    page: pd (a prefill ran, or was tried and fell back: `pd-fallback`) and decode-only."""
     out: dict[str, float] = {}
     for line in metrics_text.splitlines():
-        if line.startswith("disagg_decision_total{") and 'decision="' in line:
-            label = line.split('decision="', 1)[1].split('"', 1)[0]
-            out[label] = out.get(label, 0.0) + float(line.rsplit(" ", 1)[1])
+        if line.startswith("ray_epp_pd_handoffs_total{") and 'outcome="' in line:
+            label = line.split('outcome="', 1)[1].split('"', 1)[0]
+            label = PD if label == "pd-fallback" else label
+            if label in (PD, DECODE_ONLY):
+                out[label] = out.get(label, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
 
 

@@ -10,7 +10,7 @@ every endpoint is how a profile fails."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -337,6 +337,29 @@ class PluginTimer(Protocol):
     """Receives how long each plugin call took (for `…_plugin_duration_seconds`)."""
 
     def __call__(self, extension_point: str, plugin: Plugin, seconds: float) -> None: ...
+
+
+class PluginMetrics(Protocol):
+    """Where a plugin records Prometheus families of its own (GIE's and llm-d's plugin metrics,
+    e.g. the prefix indexer's): the recorder of the process that hosts it. A plugin that has some
+    defines `bind_metrics(metrics: PluginMetrics)`; a profile actor binds its plugins once
+    (`bind_plugin_metrics`), and an unbound plugin records nothing (the in-process Scheduler)."""
+
+    def observe(self, name: str, value: float, labels: tuple[str, ...] = ()) -> None: ...
+
+    def add_collector(self, collector: Callable[[], dict[tuple[str, tuple[str, ...]], float]]) -> None:
+        """Also report what `collector` returns, each time the recorder's state is taken."""
+
+
+def bind_plugin_metrics(plugins: Iterable[Plugin], metrics: PluginMetrics) -> int:
+    """Bind `metrics` to every plugin that records families of its own, each once; returns how many."""
+    bound: set[int] = set()
+    for plugin in plugins:
+        bind = getattr(plugin, "bind_metrics", None)
+        if bind is not None and id(plugin) not in bound:
+            bound.add(id(plugin))
+            bind(metrics)
+    return len(bound)
 
 
 ROLES: tuple[type[Plugin], ...] = (

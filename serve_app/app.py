@@ -6,7 +6,8 @@
 Args: `config` (a shipped config's name, a path or YAML text; default `default`), `pods` (pods file,
 required), `settings` (gateway settings YAML, optional), `replicas` (default 1), `host` and `port`
 (the address every replica serves itself, default 127.0.0.1:8000; `port: none` leaves only Serve's
-proxy), `profile_shards` (actors per scheduling profile, default 1), `detached` (default true: the
+proxy), `ext_proc_port` (also serve GIE's Endpoint Picker Protocol, Envoy ext_proc over gRPC, on
+that port: docs/EXT_PROC.md), `profile_shards` (actors per scheduling profile, default 1), `detached` (default true: the
 actors outlive the process that built the app, as `serve deploy` needs). Set
 RAY_SERVE_ENABLE_DIRECT_INGRESS=0 in the cluster's environment when RAY_SERVE_THROUGHPUT_OPTIMIZED=1
 (its direct ingress would take the same port)."""
@@ -38,6 +39,10 @@ def build_app(args: dict[str, Any]) -> Application:
     actors = start_epp_actors(dump_config(cfg), load_pods_file(args["pods"]), options=options)
     port = str(args.get("port", 8000)).lower()
     ingress = None if port in ("none", "0", "") else {"host": args.get("host") or "127.0.0.1", "port": int(port)}
+    if args.get("ext_proc_port"):
+        if ingress is None:
+            raise ValueError("ext_proc_port needs the gateway port (port): every replica serves both")
+        ingress["ext_proc_port"] = int(args["ext_proc_port"])
     return Gateway.options(num_replicas=int(args.get("replicas", 1))).bind(
         dump_config(cfg), settings.model_dump(), actors.datastore, actors.shards, get_or_create_hub(), ingress
     )

@@ -36,6 +36,7 @@ class EndpointView:
         self._watch_timeout_s = watch_timeout_s
         self._models_every_s = models_every_s
         self.version = 0
+        self.adopted_at = 0.0  # monotonic time the view last took a new version (0: never)
         self.endpoints: list[Endpoint] = []
         self.by_name: dict[str, Endpoint] = {}
         self.models: set[str] = set()
@@ -43,6 +44,11 @@ class EndpointView:
         self._models_at = 0.0
         self._task: asyncio.Task | None = None
         self._first = asyncio.Event()
+
+    @property
+    def datastore(self) -> Any:
+        """The datastore actor's handle this view follows."""
+        return self._datastore
 
     def start(self) -> None:
         if self._task is None:
@@ -92,6 +98,7 @@ class EndpointView:
 
     def _adopt(self, version: int, endpoints: list[Endpoint], by_name: dict[str, Endpoint] | None) -> None:
         self.version = version
+        self.adopted_at = time.monotonic()
         self.endpoints = endpoints
         self.by_name = by_name if by_name is not None else {ep.name: ep for ep in endpoints}
         self.adapters = {m for ep in endpoints for m in (*ep.metrics.active_models, *ep.metrics.waiting_models)}

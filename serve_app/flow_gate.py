@@ -12,13 +12,16 @@
   TTL expired 429 (503 when the pool has no endpoints), each with llm-d's
   `x-llm-d-request-dropped-reason` header; OpenAI-shaped like every gateway error.
 * Metrics with GIE's names: queue size and bytes now, and time queued by outcome, per priority
-  and fairness id (the first `MAX_FLOW_LABELS` ids a replica sees; later ones are `other`); and
-  the fairness policies' own gauges (program-aware-fairness's, with llm-d's names), which /metrics
-  reads from the answering replica's policies at render time."""
+  and fairness id (the first `MAX_FLOW_LABELS` ids a replica sees; later ones are `other`); the
+  time to enqueue and each dispatch pass; llm-d's count of requests by outcome; and the fairness
+  policies' own gauges (program-aware-fairness's, with llm-d's names), which /metrics reads from
+  the answering replica's policies at render time (serve_app/metrics_page.py, with saturation and
+  each band's fill)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +40,10 @@ RETRY_AFTER_S = "1"
 QUEUE_SIZE = "inference_extension_flow_control_queue_size"
 QUEUE_BYTES = "inference_extension_flow_control_queue_bytes"
 QUEUE_DURATION = "inference_extension_flow_control_request_queue_duration_seconds"
+ENQUEUE_DURATION = "inference_extension_flow_control_request_enqueue_duration_seconds"
+DISPATCH_CYCLE = "inference_extension_flow_control_dispatch_cycle_duration_seconds"
+OUTCOMES = "llm_d_epp_flow_control_requests_total"
+NOT_FINALIZED = "NotYetFinalized"  # llm-d's enqueue outcome for a request that waits in the queue
 
 
 class FlowGate:
@@ -66,7 +73,12 @@ class FlowGate:
             request.request_id, request.priority, fairness_id, size, payload=request,
             on_outcome=lambda it: self._left(it, waiter),
         )  # fmt: skip
-        if self.controller.enqueue(item) is not None:
+        enqueued = time.perf_counter()
+        refused = self.controller.enqueue(item)
+        fid, prio, _, _ = self._labels(item)
+        outcome = NOT_FINALIZED if refused is None else refused.value
+        self._recorder.observe(ENQUEUE_DURATION, time.perf_counter() - enqueued, (fid, prio, outcome))
+        if refused is not None:
             self._observe(item)
             raise _refusal(item, self.controller)
         self._gauges(item, 1.0)
@@ -100,7 +112,9 @@ class FlowGate:
 
     def pump(self) -> None:
         if self.controller.size:
+            started = time.perf_counter()
             self.controller.pump(self._endpoints())
+            self._recorder.observe(DISPATCH_CYCLE, time.perf_counter() - started)
 
     # ---- internals ---------------------------------------------------------------------------
     async def _wait(self, item: FlowItem, waiter: asyncio.Future, http: Any) -> None:
@@ -154,6 +168,7 @@ class FlowGate:
         fid, prio, model, target = self._labels(item)
         assert item.outcome is not None
         self._recorder.observe(QUEUE_DURATION, item.queued_s, (fid, prio, item.outcome.value, POOL, model, target))
+        self._recorder.inc(OUTCOMES, (item.outcome.value, prio, POOL))
 
 
 async def _disconnected(http: Any) -> None:

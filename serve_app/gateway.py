@@ -38,19 +38,21 @@ from serve_app.admin import AdminApi, admin_router
 from serve_app.disagg import hand_off
 from serve_app.endpoint_view import EndpointView
 from serve_app.errors import GatewayError, answer_errors_in_openai_shape
+from serve_app.exchange import Exchange
 from serve_app.flow_gate import FlowGate
 from serve_app.forwarder import Forwarder, UpstreamUnavailable, relay, response_headers
 from serve_app.ingress import SharedPortServer
 from serve_app.intake import RequestIntake
 from serve_app.parsing import ParsedRequest, parse_request
 from serve_app.ray_runner import RayProfileRunner
+from serve_app.request_metrics import GatewayMetrics
 from serve_app.settings import GatewaySettings
 from serve_app.side_routes import DESTINATION_HEADER
-from serve_app.usage import STREAM_TAIL_BYTES, usage_of_body, usage_of_stream
 
 GATEWAY_SERVICE = "ray-epp-gateway"  # /health names the service, so launchers find our replicas
 FIRST_SNAPSHOT_WAIT_S = 5.0  # a new replica's first request waits at most this for the pool
 OTHER = "other"  # the metric label of a value a client chose that the pool does not know
+PD_HANDOFFS = "ray_epp_pd_handoffs_total"
 app = FastAPI(title="Ray EPP gateway", docs_url=None, redoc_url=None, openapi_url=None)
 answer_errors_in_openai_shape(app)
 
@@ -98,14 +100,21 @@ class GatewayCore:
         # DataPreparers (burst-prefix-cache-producer) run here, where this replica's requests arrive.
         self.preparers = [p for p in built.plugins.values() if isinstance(p, DataPreparer)]
         self.usage_hooks = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseUsage))
+        self.recorder = MetricsRecorder()
         self.runner = RayProfileRunner(
-            profile_actors, s.shard_key_tokens, s.shard_session_header, call_timeout_s=s.profile_call_timeout_s
+            profile_actors,
+            s.shard_key_tokens,
+            s.shard_session_header,
+            call_timeout_s=s.profile_call_timeout_s,
+            recorder=self.recorder,
         )
         self.view = EndpointView(datastore, min_interval_s=s.snapshot_min_interval_s)
         self.forwarder = Forwarder(s.connect_timeout_s, s.upstream_timeout_s, s.first_byte_timeout_s)
         self.intake = RequestIntake(s)
         self.admin = AdminApi(s.admin_token, datastore)
-        self.recorder = MetricsRecorder()
+        self.metrics = GatewayMetrics(
+            self.recorder, self.model_label, self.priority_label, lambda: self.intake.in_flight
+        )
         # With the flowControl gate on, requests wait in this replica's queue instead of a 429.
         fc = build_flow_controller(
             cfg, built.plugins, self.detectors, window=s.flow_dispatch_window, narrow_at=s.flow_dispatch_narrow_at
@@ -136,12 +145,12 @@ class GatewayCore:
     # ---- scheduling -------------------------------------------------------------------------
     async def schedule(self, request: LLMRequest, trace: SchedulingTrace | None = None) -> SchedulingResult:
         start = time.perf_counter()
-        status = "success"
+        result: SchedulingResult | None = None
+        cycle_state = CycleState()
         try:
-            cycle_state = CycleState()
             if self.preparers:  # e.g. a burst window: it batches this replica's arrivals
                 await prepare_data(self.preparers, cycle_state, request, self.view.endpoints)
-            return await schedule_cycles(
+            result = await schedule_cycles(
                 self.handler,
                 self.profiles,
                 self.runner,
@@ -151,16 +160,15 @@ class GatewayCore:
                 trace,
                 self.recorder.plugin_timer,
             )
+            return result
         except SchedulingError:
-            status = "failure"
             self.runner.withdraw(request)
             raise
         except BaseException:  # cancelled (the client left) or a bug: the decisions made are not used
             self.runner.withdraw(request)
             raise
         finally:
-            self.recorder.observe("inference_extension_scheduler_e2e_duration_seconds", time.perf_counter() - start)
-            self.recorder.inc("inference_extension_scheduler_attempts_total", (status, self.model_label(request)))
+            self.metrics.scheduled(request, result, time.perf_counter() - start, cycle_state, self.handler)
 
     def known_models(self) -> set[str] | None:
         """Models some pod serves (None: do not check): what pods list, plus adapters they run."""
@@ -187,7 +195,7 @@ class GatewayCore:
         self._local_hooks.pre_request(request, result)
         self.settle(request)
 
-    def _tell_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
+    def tell_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         self.runner.response_first_token(request, endpoint_name)
         self._local_hooks.response_first_token(request, endpoint_name)
         if self.flow is not None:
@@ -216,15 +224,45 @@ class GatewayCore:
                 429, "the pool is saturated; sheddable request shed", code=ErrorCode.RESOURCE_EXHAUSTED.value
             )
 
-    # ---- the request path -------------------------------------------------------------------
+    # ---- the request path both doors share (HTTP here, Envoy ext_proc in serve_app/extproc/) ----
+    async def enter(self, parsed: ParsedRequest, http: Request | None, size: int, started: float | None = None) -> None:
+        """A parsed request is counted and admitted (flow control's queue, or shed / no pod at
+        once); GatewayError when it is not. The caller settles it after its decision. `started`:
+        perf_counter() when it reached the door (default: now)."""
+        req = parsed.llm_request
+        self.metrics.received(req, size, started)
+        await self.admit(req, http, size)
+
+    async def decide(
+        self, req: LLMRequest, trace: SchedulingTrace | None, failed_before: str | None = None
+    ) -> SchedulingResult:
+        """Schedule an admitted request and tell the plugins the decision (PreRequest); the caller
+        then owes them its end (`Exchange.close`, or `tell_complete`). `failed_before`: why the
+        endpoints excluded by a retry failed, for the 503 when no other one is left."""
+        try:
+            result = await self.schedule(req, trace)
+        except SchedulingError as err:
+            if failed_before is not None:  # every candidate failed us
+                raise GatewayError(
+                    503,
+                    f"no endpoint could serve the request: {failed_before}",
+                    code=ErrorCode.SERVICE_UNAVAILABLE.value,
+                ) from None
+            raise GatewayError.from_scheduling(err) from None
+        self.tell_pre_request(req, result)
+        self.metrics.decided(req)
+        return result
+
+    def count_error(self, req: LLMRequest | None, err: GatewayError) -> None:
+        self.metrics.error(req, err.code)
+
     async def handle(self, http: Request, path: str) -> Response:
         started = time.perf_counter()
-        model = "unknown"
         try:
             self.intake.check_head(http)
             self.intake.enter()
         except GatewayError as err:
-            self.recorder.inc("inference_objective_request_error_total", (model, model, err.code))
+            self.count_error(None, err)
             return err.response()
         response: Response | None = None
         req: LLMRequest | None = None
@@ -233,14 +271,12 @@ class GatewayCore:
             await self.ensure_ready()
             parsed = parse_request(raw, dict(http.headers), path, self.settings, self.known_models())
             req = parsed.llm_request
-            model = self.model_label(req)
-            self.recorder.inc("inference_objective_request_total", (model, model, self.priority_label(req.priority)))
-            await self.admit(req, http, len(raw))
+            await self.enter(parsed, http, len(raw), started)
             trace = SchedulingTrace() if self.intake.wants_trace(http) else None
             response = await self._schedule_and_forward(parsed, path, raw, trace, started)
             return response
         except GatewayError as err:
-            self.recorder.inc("inference_objective_request_error_total", (model, model, err.code))
+            self.count_error(req, err)
             return err.response()
         finally:
             if req is not None:
@@ -255,22 +291,12 @@ class GatewayCore:
         excluded: set[str] = set()
         last_error = ""
         for _attempt in range(self.settings.max_retries + 1):
-            try:
-                result = await self.schedule(req, trace)
-            except SchedulingError as err:
-                if excluded:  # every candidate failed us
-                    raise GatewayError(
-                        503,
-                        f"no endpoint could serve the request: {last_error}",
-                        code=ErrorCode.SERVICE_UNAVAILABLE.value,
-                    ) from None
-                raise GatewayError.from_scheduling(err) from None
+            result = await self.decide(req, trace, last_error if excluded else None)
             target = result.target
-            self.tell_pre_request(req, result)
             headers = dict(parsed.forward_headers)
             body = raw
             if result.prefill_profile_name is not None:
-                body = await self._prefill(req, result, path, raw, headers, trace)
+                body = await self.pd_hand_off(req, result, path, raw, headers, trace)
             try:
                 upstream = await self.forwarder.open(target, path, body, headers, stream=parsed.stream)
             except UpstreamUnavailable as err:
@@ -286,7 +312,7 @@ class GatewayCore:
             code=ErrorCode.SERVICE_UNAVAILABLE.value,
         )
 
-    async def _prefill(
+    async def pd_hand_off(
         self,
         req: LLMRequest,
         result: SchedulingResult,
@@ -294,21 +320,27 @@ class GatewayCore:
         raw: bytes,
         headers: dict,
         trace: SchedulingTrace | None,
+        mode: str | None = None,
     ) -> bytes:
         """The P/D hand-off: run the prefill step (or name the prefiller for a sidecar); returns the
-        body to send to the decode pod and adds the headers it needs."""
+        body to send to the decode pod and adds the headers it needs. `mode` overrides `pd_mode`
+        (the ext_proc door, which forwards nothing itself, always names the prefiller)."""
         s = self.settings
         try:
             hand = await hand_off(
-                self.forwarder, result, req.body, path, headers, s.pd_mode, s.pd_prefill_retries, s.pd_prefill_failure
+                self.forwarder,
+                result,
+                req.body,
+                path,
+                headers,
+                mode or s.pd_mode,
+                s.pd_prefill_retries,
+                s.pd_prefill_failure,
             )
         except GatewayError:
-            self.recorder.inc("disagg_decision_total", ("pd",))
-            self.recorder.inc("disagg_prefill_failure_total", ("failed",))
+            self.recorder.inc(PD_HANDOFFS, ("failed",))
             raise
-        self.recorder.inc("disagg_decision_total", ("decode-only" if hand.decision == "decode-only" else "pd",))
-        if hand.decision == "pd-fallback":
-            self.recorder.inc("disagg_prefill_failure_total", ("decode-only",))
+        self.recorder.inc(PD_HANDOFFS, (hand.decision,))  # pd, decode-only or pd-fallback
         headers.update(hand.headers)
         if trace is not None:
             trace.extra["pd"] = hand.trace()
@@ -322,52 +354,32 @@ class GatewayCore:
         headers[DESTINATION_HEADER] = target.host_port
         if trace is not None:
             headers["x-epp-trace"] = json.dumps({**result.to_json(), "trace": trace.to_json()}, separators=(",", ":"))
-        model = self.model_label(req)
-        labels = (model, model)
-        running = (model,)
-        self.recorder.add_gauge("inference_objective_running_requests", running, 1.0)
         is_sse = parsed.stream and upstream.status == 200
+        if upstream.status >= 400:  # the model server's own error: counted with its status, as GIE does
+            self.metrics.error(req, str(upstream.status))
+        exchange = Exchange.open(self, req, target.name, started, streaming=is_sse)
         if not is_sse:
             try:
                 body = await upstream.read()
-                if self.usage_hooks and upstream.status == 200:
-                    self._tell_usage(req, usage_of_body(body))
+                exchange.chunk(body)
+                exchange.end(upstream.status == 200)
             finally:
                 upstream.release()
-                self._finish(req, target.name, labels, started)
+                exchange.close()
             return Response(body, status_code=upstream.status, headers=headers)
 
         async def stream():
-            first = True
-            tail = b""  # the stream's end, where its usage is (kept only when a plugin wants it)
             async for chunk in relay(upstream, is_sse=True, idle_timeout_s=self.settings.stream_idle_timeout_s):
-                if first:
-                    first = False
-                    self._tell_first_token(req, target.name)
-                    self.recorder.observe(
-                        "inference_objective_request_ttft_seconds", time.perf_counter() - started, labels
-                    )
-                if self.usage_hooks:
-                    tail = (tail + chunk)[-STREAM_TAIL_BYTES:]
+                exchange.chunk(chunk)
                 yield chunk
-            if self.usage_hooks:  # the stream ended whole: before its completion frees the queue
-                self._tell_usage(req, usage_of_stream(tail))
+            exchange.end(True)  # the stream ended whole: its usage before its completion frees the queue
 
         def on_close() -> None:
             upstream.release()  # also when the stream never started (client gone first)
-            self._finish(req, target.name, labels, started)
+            exchange.close()
             self.intake.leave()
 
         return _Stream(stream(), on_close, status_code=upstream.status, headers=headers)
-
-    def _tell_usage(self, req: LLMRequest, usage: tuple[int, int] | None) -> None:
-        if usage is not None:
-            self.usage_hooks.response_usage(req, *usage)
-
-    def _finish(self, req: LLMRequest, endpoint: str, labels: tuple[str, str], started: float) -> None:
-        self.recorder.observe("inference_objective_request_duration_seconds", time.perf_counter() - started, labels)
-        self.recorder.add_gauge("inference_objective_running_requests", labels[:1], -1.0)
-        self.tell_complete(req, endpoint)
 
 
 app.include_router(admin_router(lambda: serve.get_replica_context().servable_object.core.admin))
@@ -387,7 +399,9 @@ def deployment_owner() -> str:
 @serve.ingress(app)
 class Gateway:
     """`ingress` ({"host", "port"}): this replica also serves the app on that shared port (see
-    serve_app/ingress.py), the gateway's address. Without it, only Serve's proxy reaches it."""
+    serve_app/ingress.py), the gateway's address. Without it, only Serve's proxy reaches it. With
+    an `ext_proc_port` too, it serves GIE's Endpoint Picker Protocol (Envoy ext_proc over gRPC) on
+    that shared port as well (serve_app/extproc/)."""
 
     async def __init__(
         self,
@@ -400,16 +414,23 @@ class Gateway:
     ) -> None:
         self.core = GatewayCore(config, settings, datastore, profile_actors, hub)
         self._ingress: SharedPortServer | None = None
+        self._ext_proc: Any = None
         if ingress is not None:
+            owner = deployment_owner()
             self._ingress = SharedPortServer(
                 app,
                 ingress["host"],
                 int(ingress["port"]),
                 lambda: serve.get_replica_context().servable_object is self,
                 self.core.settings.keep_alive_timeout_s,
-                deployment_owner(),
+                owner,
             )
             await self._ingress.start()
+            if ingress.get("ext_proc_port"):
+                from serve_app.extproc.server import ExtProcServer  # gRPC only for a gateway that serves it
+
+                self._ext_proc = ExtProcServer(self.core, ingress["host"], int(ingress["ext_proc_port"]), owner)
+                await self._ext_proc.start()
 
     def check_health(self) -> None:
         """Serve restarts a replica whose shared-port server has stopped."""
@@ -417,6 +438,8 @@ class Gateway:
             raise RuntimeError(f"the gateway's HTTP server on port {self._ingress.port} is not serving")
 
     async def __del__(self) -> None:
+        if getattr(self, "_ext_proc", None) is not None:
+            await self._ext_proc.stop()
         if getattr(self, "_ingress", None) is not None:
             await self._ingress.stop()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from collections.abc import Mapping
 
 from starlette.requests import ClientDisconnect, Request
 
@@ -35,17 +36,21 @@ class RequestIntake:
     def check_head(self, http: Request) -> None:
         """What can be refused before reading the body: the API key, the headers' size, a
         declared body over the limit."""
+        self.check_headers(http.headers, sum(len(k) + len(v) for k, v in http.headers.raw))
+
+    def check_headers(self, headers: Mapping[str, str], header_bytes: int) -> None:
+        """`check_head` on headers however they came (HTTP, or an Envoy ext_proc message);
+        `headers` answers lower-case names."""
         s = self.settings
         if self._api_key is not None:
-            given = http.headers.get("authorization", "").encode()
+            given = headers.get("authorization", "").encode()
             if not hmac.compare_digest(given, self._api_key):
                 raise GatewayError(
                     401, "Incorrect API key provided.", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
                 )
-        header_bytes = sum(len(k) + len(v) for k, v in http.headers.raw)
         if header_bytes > s.max_header_bytes:
             raise GatewayError(431, f"request headers of {header_bytes} bytes exceed the limit of {s.max_header_bytes}")
-        declared = http.headers.get("content-length")
+        declared = headers.get("content-length")
         if declared is not None:
             try:
                 length = int(declared)

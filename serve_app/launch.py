@@ -105,6 +105,8 @@ class LaunchSpec(BaseModel):
     # Actors per scheduling profile (ActorOptions.profile_shards).
     profile_shards: int = Field(default=1, ge=1, le=64)
     proxy_port: int | None = None
+    # GIE's Endpoint Picker Protocol (Envoy ext_proc, gRPC) on this port too, served by every replica.
+    ext_proc_port: int | None = Field(default=None, gt=0, lt=65536)
     # ActorOptions fields (actors/options.py), e.g. {"metrics_actor_scope": "pod"}
     actor_options: dict | None = None
     app_name: str = "epp"
@@ -124,6 +126,7 @@ class EppDeployment:
     hub: Any
     url: str
     sim: Any = None
+    ext_proc_address: str | None = None  # host:port of the ext_proc gRPC service, when served
     owns_ray: bool = False
     ray_children: list[int] = field(default_factory=list)
     app_name: str = "epp"
@@ -146,6 +149,8 @@ class EppDeployment:
             sim, pod_specs = _start_sim(spec.sim_pods, spec.sim_time_scale, spec.sim_pod_overrides)
         dep = cls(pods=pod_specs, actors=None, hub=None, url=f"http://{spec.host}:{spec.port}", sim=sim)
         dep.app_name = spec.app_name
+        if spec.ext_proc_port is not None:
+            dep.ext_proc_address = f"{spec.host}:{spec.ext_proc_port}"
         try:
             dep._start_ray(spec.address, spec.dashboard)
             dep._deploy(spec, cfg, gw_settings)
@@ -209,7 +214,7 @@ class EppDeployment:
             self.actors.datastore,
             self.actors.shards,
             self.hub,
-            {"host": spec.host, "port": spec.port},
+            {"host": spec.host, "port": spec.port, "ext_proc_port": spec.ext_proc_port},
         )
         try:
             serve.run(gateway, name=spec.app_name, route_prefix="/")
@@ -305,6 +310,10 @@ def _check_ports(spec: LaunchSpec) -> None:
     from serve_app.ingress import PortInUse, check_port_free
 
     checks = [("gateway", spec.port)]
+    if spec.ext_proc_port is not None:
+        if spec.ext_proc_port in (spec.port, spec.serve_proxy_port):
+            raise LaunchError(f"--ext-proc-port {spec.ext_proc_port} is also the HTTP or Serve proxy port")
+        checks.append(("ext_proc", spec.ext_proc_port))
     # A joined cluster's Serve, or the Ray this process already runs (tests, notebooks), may run its
     # proxy there already: serve.start keeps it.
     ray_module = sys.modules.get("ray")
@@ -319,7 +328,7 @@ def _check_ports(spec: LaunchSpec) -> None:
                 break
             except PortInUse as err:
                 if time.monotonic() > deadline:
-                    flag = "--port" if what == "gateway" else "--proxy-port"
+                    flag = {"gateway": "--port", "ext_proc": "--ext-proc-port"}.get(what, "--proxy-port")
                     todo = "wait" if err.time_wait else "stop it"
                     raise LaunchError(f"the {what} {err}; {todo} or choose another {flag}") from None
                 time.sleep(0.25)

@@ -7,6 +7,7 @@ the shard its key picks (serve_app/shard_key.py), the same shard index in every 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from actors.channel import ChannelClient, Unsendable
@@ -18,6 +19,10 @@ from scheduler.trace import SchedulingTrace
 from serve_app.batcher import ActorBatcher
 from serve_app.shard_key import ShardKey
 
+ROUND_TRIP = "ray_epp_profile_actor_round_trip_seconds"
+CALLS = "ray_epp_profile_actor_calls_total"
+FAILURES = "ray_epp_profile_actor_failures_total"
+
 
 class RayProfileRunner:
     concurrent = True  # the profiles of a round run at the same time (the loop tells the handler)
@@ -28,11 +33,13 @@ class RayProfileRunner:
         shard_key_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS,
         shard_session_header: str | None = None,
         call_timeout_s: float = 10.0,
+        recorder: Any = None,
     ) -> None:
         """`profile_actors`: profile name -> its actor handle, or the list of its shards' handles
         (every profile the same number). The shard key: see serve_app/shard_key.py. A call that has
         no answer after `call_timeout_s` (the actor frozen, or restarting for longer) fails its
-        profile: the request gets its error instead of waiting without end."""
+        profile: the request gets its error instead of waiting without end. `recorder` (a
+        MetricsRecorder) counts each actor's round trips, calls and failures (`ray_epp_profile_actor_*`)."""
         shards = {n: list(h) if isinstance(h, list | tuple) else [h] for n, h in profile_actors.items()}
         counts = {len(hs) for hs in shards.values()}
         if len(counts) > 1 or 0 in counts:
@@ -42,9 +49,16 @@ class RayProfileRunner:
         # One batcher per actor carries both the calls and the events (decisions, completions), so
         # a request costs one actor round trip, not three.
         self._batchers = {
-            n: [ActorBatcher(ActorLink(h, call_timeout_s).run_batch, split_on=item_may_be_at_fault) for h in hs]
+            n: [
+                ActorBatcher(
+                    ActorLink(h, call_timeout_s, recorder, (n, str(i))).run_batch, split_on=item_may_be_at_fault
+                )
+                for i, h in enumerate(hs)
+            ]
             for n, hs in shards.items()
         }
+        self._recorder = recorder
+        self._call_labels = {n: [(n, str(i)) for i in range(len(hs))] for n, hs in shards.items()}
 
     async def __call__(
         self,
@@ -72,6 +86,8 @@ class RayProfileRunner:
         return results
 
     async def _run_one(self, name: str, call: ProfileCall, shard: int = 0) -> ProfileOutcome:
+        if self._recorder is not None:
+            self._recorder.inc(CALLS, self._call_labels[name][shard])
         try:
             return await self._batchers[name][shard].call(call)
         except Exception as err:  # a dead or restarting profile actor fails this profile, not the gateway
@@ -119,9 +135,14 @@ class ActorLink:
 
     RETRY_CHANNEL_AFTER_S = 1.0
 
-    def __init__(self, handle: Any, call_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, handle: Any, call_timeout_s: float = 10.0, recorder: Any = None, labels: tuple[str, str] = ("", "")
+    ) -> None:
         self.handle = handle
         self.call_timeout_s = call_timeout_s
+        self._recorder = recorder  # round trips and failures, labelled (profile, shard)
+        self._labels = labels
+        self._by = {t: (*labels, t) for t in ("channel", "ray")}
         self._client: ChannelClient | None = None
         self._next_try = 0.0
         self._connecting: asyncio.Task | None = None
@@ -133,18 +154,29 @@ class ActorLink:
     async def run_batch(self, items: list) -> list:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.call_timeout_s
+        started = time.perf_counter()
         try:
-            return await self._run_batch(items, deadline)
-        except TimeoutError:
-            raise TimeoutError(f"no answer within {self.call_timeout_s:g} s") from None
+            out, transport = await self._run_batch(items, deadline)
+        except Unsendable:  # the batch's fault, not the actor's
+            raise
+        except Exception as err:
+            if self._recorder is not None:
+                self._recorder.inc(FAILURES, self._labels)
+            if isinstance(err, TimeoutError):
+                raise TimeoutError(f"no answer within {self.call_timeout_s:g} s") from None
+            raise
+        if self._recorder is not None:
+            self._recorder.observe(ROUND_TRIP, time.perf_counter() - started, self._by[transport])
+        return out
 
-    async def _run_batch(self, items: list, deadline: float) -> list:
+    async def _run_batch(self, items: list, deadline: float) -> tuple[list, str]:
+        """The answers, and the transport that carried them ("channel" or "ray")."""
         loop = asyncio.get_running_loop()
         client = self._client
         if client is not None and not client.closed and self._ray_in_flight == 0:
             try:
                 async with asyncio.timeout_at(deadline):
-                    return await client.request(items)
+                    return await client.request(items), "channel"
             except Unsendable:  # this batch's fault, not the channel's: keep the channel
                 raise
             except TimeoutError:  # the actor behind the channel is frozen: Ray calls could not do better
@@ -165,7 +197,7 @@ class ActorLink:
             while True:
                 try:
                     async with asyncio.timeout_at(deadline):
-                        return await self.handle.run_batch.remote(items)
+                        return await self.handle.run_batch.remote(items), "ray"
                 except (ActorUnavailableError, RayActorError):  # restarting: Ray brings it back; wait, bounded
                     if loop.time() + 0.1 > deadline:
                         raise

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from actors.metrics_hub import render
 from scheduler import SchedulingError
 from scheduler.interfaces import LocalResponse
 from scheduler.trace import SchedulingTrace
 from serve_app.errors import GatewayError, bad_request
 from serve_app.intake import SHED_RETRY_AFTER_S as RETRY_AFTER_S
+from serve_app.metrics_page import render_page
 from serve_app.parsing import ParsedRequest, parse_request
 
 if TYPE_CHECKING:
@@ -103,24 +103,4 @@ async def ready(core: GatewayCore) -> Response:
 
 
 async def metrics(core: GatewayCore) -> Response:
-    core.ensure_started()
-    states = [core.recorder.state()]
-    if core.hub is not None and core.pusher is not None:
-        await core.pusher.push_now()
-        states = await core.hub.states.remote()
-    if core.flow is not None and (policy := core.flow.policy_gauges()):
-        # The answering replica's own fairness-policy gauges (not pushed: a mean or an index
-        # summed over replicas would mean nothing).
-        states = [*states, {"counters": {}, "gauges": policy, "histograms": {}}]
-    eps = core.view.endpoints
-    n = len(eps) or 1
-    pool = "default"
-    gauges = {
-        "inference_pool_average_kv_cache_utilization": [
-            ((pool,), sum(e.metrics.kv_cache_usage_percent for e in eps) / n)
-        ],
-        "inference_pool_average_queue_size": [((pool,), sum(e.metrics.waiting_queue_size for e in eps) / n)],
-        "inference_pool_average_running_requests": [((pool,), sum(e.metrics.running_requests_size for e in eps) / n)],
-        "inference_pool_ready_pods": [((pool,), float(len(eps)))],
-    }
-    return Response(render(states, gauges), media_type="text/plain; version=0.0.4")
+    return Response(await render_page(core), media_type="text/plain; version=0.0.4")

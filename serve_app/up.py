@@ -56,6 +56,13 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
         help="Ray Serve's proxy, which balances over all replicas (default --port + 88, i.e. 8088)",
     )
     p.add_argument(
+        "--ext-proc-port",
+        type=int,
+        default=None,
+        help="also serve GIE's Endpoint Picker Protocol (Envoy ext_proc over gRPC) on this port, every replica "
+        "active (docs/EXT_PROC.md)",
+    )
+    p.add_argument(
         "--metrics-actor-scope",
         choices=("node", "pod"),
         default="node",
@@ -87,6 +94,7 @@ def run_up(args: argparse.Namespace) -> int:
             replicas=args.replicas,
             profile_shards=args.profile_shards,
             proxy_port=args.proxy_port,
+            ext_proc_port=args.ext_proc_port,
             actor_options={"metrics_actor_scope": args.metrics_actor_scope},
             dashboard=args.dashboard,
         )
@@ -103,13 +111,18 @@ def run_up(args: argparse.Namespace) -> int:
     url = deployment.url
     model = deployment.example_model()
     access = _operator_access(deployment, args.port)
+    ext_proc = (
+        f"  ext_proc (Envoy, GIE's Endpoint Picker Protocol): grpc://{deployment.ext_proc_address}\n"
+        if deployment.ext_proc_address
+        else ""
+    )
     print(
         f"""
 Ray EPP is up: {url}  ({len(deployment.pods)} pods, {args.replicas} gateway replica(s), config {args.config})
   curl -s {url}/v1/completions -H 'content-type: application/json' \\
     -d '{{"model": "{model}", "prompt": "Hello, my name is", "max_tokens": 16}}'
   metrics: {url}/metrics   ready: {url}/ready   models: {url}/v1/models
-{access}Ctrl-C stops everything.""",
+{ext_proc}{access}Ctrl-C stops everything.""",
         flush=True,
     )
     try:

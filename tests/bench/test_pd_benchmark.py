@@ -24,11 +24,12 @@ from bench.pd_benchmark import (
 from ray_epp.simulator import DEFAULT_MODEL, SimRequest
 from tests.bench.helpers import pods
 
-METRICS_PAGE = """# HELP disagg_decision_total Prefill/decode disaggregation decisions.
-# TYPE disagg_decision_total counter
-disagg_decision_total{decision="pd"} 12.0
-disagg_decision_total{decision="decode-only"} 3.0
-disagg_prefill_failure_total{outcome="decode-only"} 1.0
+METRICS_PAGE = """# HELP ray_epp_pd_handoffs_total The gateway's P/D hand-offs by outcome.
+# TYPE ray_epp_pd_handoffs_total counter
+ray_epp_pd_handoffs_total{outcome="pd"} 11.0
+ray_epp_pd_handoffs_total{outcome="pd-fallback"} 1.0
+ray_epp_pd_handoffs_total{outcome="decode-only"} 3.0
+ray_epp_pd_handoffs_total{outcome="failed"} 2.0
 inference_objective_request_total{model_name="m",target_model_name="m",priority="0"} 15.0
 """
 
@@ -63,7 +64,7 @@ def test_flow_throughput_counts_completions_inside_the_window():
 def test_decision_counts_from_the_gateway_metrics_page():
     before = decision_counts(METRICS_PAGE)
     assert before == {PD: 12.0, DECODE_ONLY: 3.0}
-    after = decision_counts(METRICS_PAGE.replace("} 12.0", "} 20.0"))
+    after = decision_counts(METRICS_PAGE.replace("} 11.0", "} 19.0"))
     assert counts_delta(before, after) == {DECODE_ONLY: 0, PD: 8}
     assert decision_counts("") == {}
 

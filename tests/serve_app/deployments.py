@@ -4,6 +4,8 @@ module's simulated pods, the way every gateway test module does."""
 from __future__ import annotations
 
 import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,3 +30,27 @@ def start_deployment(sim, config: str = "default", **spec: Any):
         config = str(path)
     spec.setdefault("port", GATEWAY_TEST_PORT)
     return EppDeployment.start(LaunchSpec(config_path=config, pods=pod_specs(sim), **spec))
+
+
+def sim_pods(n_or_configs, seed: int, **pod_overrides: Any) -> Iterator[Any]:
+    """A module's simulated pods for a fixture to yield (`yield from sim_pods(3, seed=7)`): n pods
+    with `make_pod_configs` overrides, or the given PodConfigs; stopped when the module ends."""
+    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
+
+    configs = make_pod_configs(n_or_configs, **pod_overrides) if isinstance(n_or_configs, int) else n_or_configs
+    cluster = start_sim_pods_in_thread(configs, time_scale=1.0, seed=seed)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, every_s: float = 0.1) -> Any:
+    """`predicate()`'s first true value, polled; AssertionError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError("condition not reached in time")

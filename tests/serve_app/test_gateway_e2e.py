@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import GATEWAY_TEST_PORT
+from tests.serve_app.deployments import sim_pods, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -21,11 +22,7 @@ PROFILE_CALL_TIMEOUT_S = 5.0
 
 @pytest.fixture(scope="module")
 def sim():
-    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
-
-    cluster = start_sim_pods_in_thread(make_pod_configs(3, max_num_seqs=4), time_scale=1.0, seed=7)
-    yield cluster
-    cluster.stop()
+    yield from sim_pods(3, seed=7, max_num_seqs=4)
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +53,6 @@ def destination(resp: httpx.Response, sim) -> str:
     return next(p.name for p in sim.pods if host_port.endswith(f":{p.port}"))
 
 
-def wait_until(predicate, timeout_s: float = 10.0, every_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError("condition not reached in time")
 
 
 def test_completion_is_forwarded_with_destination(client, sim):

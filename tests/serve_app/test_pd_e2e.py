@@ -109,7 +109,7 @@ def test_client_cannot_inject_the_prefiller_header(client, sim):
 
 
 def test_prefill_failure_falls_back_to_decode_only_and_is_counted(client, sim):
-    before = metric(client, "disagg_prefill_failure_total", 'outcome="decode-only"')
+    before = metric(client, "ray_epp_pd_handoffs_total", 'outcome="pd-fallback"')
     for p in sim.pods[:2]:
         p.set_failures({"rate": 1.0, "types": ["500"]})
     try:
@@ -120,8 +120,11 @@ def test_prefill_failure_falls_back_to_decode_only_and_is_counted(client, sim):
     finally:
         for p in sim.pods[:2]:
             p.set_failures({"rate": 0.0})
-    assert metric(client, "disagg_prefill_failure_total", 'outcome="decode-only"') == before + 1
-    assert metric(client, "disagg_decision_total", 'decision="pd"') >= 2
+    assert metric(client, "ray_epp_pd_handoffs_total", 'outcome="pd-fallback"') == before + 1
+    assert metric(client, "ray_epp_pd_handoffs_total", 'outcome="pd"') >= 1
+    # llm-d's count of the handler's decisions: the prefill stage was chosen for both
+    decided = 'decision_type="prefill-decode"'
+    assert metric(client, "llm_d_epp_disagg_decision_total", decided) >= 2
 
 
 def test_prefill_pods_killed_during_the_prefill_serve_decode_only(client, sim):

@@ -13,6 +13,7 @@ import pytest
 from scheduler import LLMRequest
 from serve_app.shard_key import ShardKey
 from tests.conftest import GATEWAY_TEST_PORT
+from tests.serve_app.deployments import sim_pods, wait_until
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SHARDS = 2
@@ -74,11 +75,7 @@ def test_profiles_must_have_the_same_number_of_shards():
 
 @pytest.fixture(scope="module")
 def sim():
-    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
-
-    cluster = start_sim_pods_in_thread(make_pod_configs(3, max_num_seqs=4), time_scale=1.0, seed=11)
-    yield cluster
-    cluster.stop()
+    yield from sim_pods(3, seed=11, max_num_seqs=4)
 
 
 @pytest.fixture(scope="module")
@@ -106,17 +103,6 @@ def send(client, text: str, sim) -> str:
     return next(p.name for p in sim.pods if host_port.endswith(f":{p.port}"))
 
 
-def wait_until(predicate, timeout_s: float = 10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except Exception:  # e.g. an actor still restarting
-            value = None
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.mark.ray

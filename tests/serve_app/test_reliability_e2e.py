@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import GATEWAY_TEST_PORT
+from tests.serve_app.deployments import sim_pods, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -100,11 +101,7 @@ class FakePod:
 
 @pytest.fixture(scope="module")
 def sim():
-    from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
-
-    cluster = start_sim_pods_in_thread(make_pod_configs(2, max_num_seqs=8), time_scale=1.0, seed=11)
-    yield cluster
-    cluster.stop()
+    yield from sim_pods(2, seed=11, max_num_seqs=8)
 
 
 @pytest.fixture(scope="module")
@@ -136,14 +133,6 @@ def client(gateway):
         yield c
 
 
-def wait_until(predicate, timeout_s: float = 10.0, every_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError("condition not reached in time")
 
 
 def is_openai_error(resp: httpx.Response, status: int, code: str | None = None) -> dict:
@@ -301,11 +290,18 @@ def test_trace_and_pick_are_off_by_default(client):
 
 
 def test_client_chosen_labels_do_not_grow_metrics(client):
+    """Priorities, fairness ids and model names are the client's to choose: on /metrics, in every
+    family, they stay within bounds (0 or an objective's priority, the first 32 fairness ids a
+    replica sees, models the pool serves), whatever clients send."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from serve_app.request_metrics import MAX_FAIRNESS_LABELS
+
     for p in range(1, 41):
         resp = client.post(
             "/v1/completions",
             json={"model": MODEL, "prompt": "p", "max_tokens": 1},
-            headers={"x-gateway-inference-priority": str(p)},
+            headers={"x-gateway-inference-priority": str(p), "x-gateway-inference-fairness-id": f"tenant-{p}"},
         )
         assert resp.status_code == 200
     far = client.post(
@@ -314,9 +310,38 @@ def test_client_chosen_labels_do_not_grow_metrics(client):
         headers={"x-gateway-inference-priority": "99999999"},
     )
     is_openai_error(far, 400, "BadRequest")
+    for i in range(5):  # models nobody serves
+        unknown = client.post("/v1/completions", json={"model": f"no-such-model-{i}", "prompt": "p", "max_tokens": 1})
+        assert unknown.status_code == 404
     text = client.get("/metrics").text
     priorities = set(re.findall(r'inference_objective_request_total\{[^}]*priority="([^"]*)"', text))
     assert priorities <= {"0", "other"}, priorities
+
+    def chosen(text: str) -> tuple[dict[str, set[str]], set]:
+        """Each label's values on the page, and the series that carry a label clients choose."""
+        values: dict[str, set[str]] = {}
+        series = set()
+        for fam in text_string_to_metric_families(text):
+            for sample in fam.samples:
+                for name, value in sample.labels.items():
+                    values.setdefault(name, set()).add(value)
+                if {"priority", "fairness_id", "model_name"} & sample.labels.keys():
+                    series.add((sample.name, tuple(sorted(sample.labels.items()))))
+        return values, series
+
+    values, series = chosen(text)
+    assert values["priority"] <= {"0", "other", ""}, values["priority"]
+    assert len(values["fairness_id"] - {"other", ""}) <= MAX_FAIRNESS_LABELS, values["fairness_id"]
+    assert "other" in values["fairness_id"]  # 40 tenants and the default flow: the later ones are "other"
+    for name in ("model_name", "target_model_name"):
+        assert values[name] <= {MODEL, "other", "unknown"}, values[name]
+    # More of the same with new values: no new series.
+    for p in range(41, 61):
+        headers = {"x-gateway-inference-priority": str(p), "x-gateway-inference-fairness-id": f"tenant-{p}"}
+        resp = client.post("/v1/completions", json={"model": MODEL, "prompt": "p", "max_tokens": 1}, headers=headers)
+        assert resp.status_code == 200
+        client.post("/v1/completions", json={"model": f"no-such-model-{p}", "prompt": "p", "max_tokens": 1})
+    assert chosen(client.get("/metrics").text)[1] == series
 
 
 def test_running_requests_gauge_follows_streams(client):

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
-from serve_app.usage import STREAM_TAIL_BYTES, usage_of_body, usage_of_stream
+from serve_app.usage import STREAM_TAIL_BYTES, usage_counts_of_body, usage_of_body, usage_of_stream
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -39,3 +39,18 @@ def test_a_stream_gives_its_usage_only_when_asked_for(url):
     assert usage is not None and usage[0] > 0 and usage[1] > 0
     assert usage_of_stream(tail({})) is None
     assert usage_of_body(b"not json") is None
+
+
+def test_the_counts_carry_the_cached_prompt_tokens_when_the_server_reports_them(url):
+    body = {"model": MODEL, "prompt": "the same prompt twice, the second time from the cache " * 8, "max_tokens": 3}
+    for _ in range(2):
+        resp = httpx.post(url + "/v1/completions", json=body, timeout=30)
+    usage = resp.json()["usage"]
+    assert usage_counts_of_body(resp.content) == (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+        usage["prompt_tokens_details"]["cached_tokens"],
+    )
+    assert usage["prompt_tokens_details"]["cached_tokens"] > 0
+    without = b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2}}'
+    assert usage_counts_of_body(without) == (5, 2, -1)  # not reported: -1, and no cached-token sample

@@ -11,19 +11,27 @@ that decision (`learn`), once per request however many scorers read this produce
 As in llm-d, a block is at least 64 tokens (a smaller `blockSizeTokens`, or an engine's smaller
 reported block size under autoTune, is raised to 64), and by default at most 131072 prompt tokens are
 matched. The scorer's older combined form (GIE's prefix plugin) uses this same class built privately
-with GIE's geometry: no 64-token floor, 256 blocks."""
+with GIE's geometry: no 64-token floor, 256 blocks.
+
+Bound to a recorder (`bind_metrics`: in a profile actor), it exports llm-d's prefix-indexer
+families: the index's size (entries over every server's LRU), and per scheduled request the
+match on the chosen endpoint as a ratio of the prompt's blocks and in bytes (4 a token, llm-d's
+figure), observed where the decision is learned and only by the instance whose match covered that
+endpoint (in P/D, the decode profile's)."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from operator import attrgetter
+from typing import ClassVar
 
 from pydantic import Field, model_validator
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Parameters, Plugin, PluginHandle
+from scheduler.interfaces import Parameters, Plugin, PluginHandle, PluginMetrics
 from scheduler.plugins.support.prefix import (
     PREFIX_MATCH_KEY,
     PrefixCacheMatchInfo,
@@ -37,6 +45,11 @@ PREFILL_PROFILE = "prefill"  # llm-d's name of the profile whose target also get
 INACTIVE_SERVER_CHECK_SECONDS = 120.0
 MIN_BLOCK_SIZE_TOKENS = 64  # llm-d raises smaller block sizes to this (llm-d-router issue 1158)
 UNLIMITED_BLOCKS = sys.maxsize
+INDEX_SIZE = "llm_d_epp_prefix_indexer_size"
+HIT_RATIO = "llm_d_epp_prefix_indexer_hit_ratio"
+HIT_BYTES = "llm_d_epp_prefix_indexer_hit_bytes"
+CHARS_PER_TOKEN = 4  # llm-d's averageCharactersPerToken: hit bytes = matched blocks x block size x 4
+MATCHES_KEPT = 4096  # matches awaiting their decision (a request that fails never sends one)
 
 _name = attrgetter("name")
 
@@ -77,6 +90,8 @@ class ApproxPrefixCacheParameters(Parameters):
 class ApproxPrefixCacheProducer(Plugin):
     type_name = "approx-prefix-cache-producer"
     Parameters = ApproxPrefixCacheParameters
+    # llm-d's prefix_indexer families are this producer's; the precise one (a subclass) has none.
+    exports_indexer_metrics: ClassVar[bool] = True
 
     def setup(self, handle: PluginHandle) -> None:
         p: ApproxPrefixCacheParameters = self.params
@@ -114,6 +129,33 @@ class ApproxPrefixCacheProducer(Plugin):
         self.state_key = (self.type_name, self.name)
         self._learned_key = (self.type_name, self.name, "learned")
         self._match_key = f"{self.type_name}/{self.name}/match"
+        self._metrics: PluginMetrics | None = None
+        self._metric_labels = (self.name, self.type_name)
+        self._matches: OrderedDict[str, dict[str, PrefixCacheMatchInfo]] = OrderedDict()
+
+    # -- metrics -------------------------------------------------------------------------------
+
+    def bind_metrics(self, metrics: PluginMetrics) -> None:
+        if not self.exports_indexer_metrics or self._metrics is metrics:
+            return
+        self._metrics = metrics
+        labels = self._metric_labels
+        metrics.add_collector(lambda: {(INDEX_SIZE, labels): float(self.index.entries())})
+
+    def _remember_match(self, request_id: str, infos: dict[str, PrefixCacheMatchInfo]) -> None:
+        matches = self._matches
+        matches[request_id] = infos
+        if len(matches) > MATCHES_KEPT:
+            matches.popitem(last=False)
+
+    def _observe_hit(self, metrics: PluginMetrics, request_id: str, target: str) -> None:
+        infos = self._matches.pop(request_id, None)
+        info = None if infos is None else infos.get(target)
+        if info is None:  # matched elsewhere (another profile's actor), or long ago
+            return
+        metrics.observe(HIT_BYTES, info.match_tokens * CHARS_PER_TOKEN, self._metric_labels)
+        if info.total_blocks:
+            metrics.observe(HIT_RATIO, info.match_blocks / info.total_blocks, self._metric_labels)
 
     # -- the block geometry -------------------------------------------------------------------
 
@@ -170,6 +212,8 @@ class ApproxPrefixCacheProducer(Plugin):
             if server in infos:
                 infos[server] = PrefixCacheMatchInfo(matched, total, block_size)
         cycle_state.set_endpoint_attributes(PREFIX_MATCH_KEY, infos)
+        if self._metrics is not None:
+            self._remember_match(request.request_id, infos)
         return infos
 
     # -- learning the decision -----------------------------------------------------------------
@@ -184,6 +228,11 @@ class ApproxPrefixCacheProducer(Plugin):
         targets = learned_targets(result)
         if not targets:
             return
+        self._learn_targets(request, state, targets)
+        if self._metrics is not None:  # after learning: the index never waits on its metrics
+            self._observe_hit(self._metrics, request.request_id, targets[0].name)
+
+    def _learn_targets(self, request: LLMRequest, state: tuple[int, int] | None, targets: list[Endpoint]) -> None:
         if state is not None:
             block_size, max_blocks = state
         else:  # not matched here (another process scored it): the same geometry from the targets

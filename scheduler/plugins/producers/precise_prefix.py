@@ -150,6 +150,7 @@ class PrecisePrefixCacheParameters(Parameters):
 class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
     type_name = "precise-prefix-cache-producer"
     Parameters = PrecisePrefixCacheParameters
+    exports_indexer_metrics = False  # llm-d's prefix_indexer families are the approximate producer's
 
     def setup(self, handle: PluginHandle) -> None:
         p: PrecisePrefixCacheParameters = self.params

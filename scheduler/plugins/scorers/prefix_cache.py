@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pydantic import Field, ValidationInfo, field_validator
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Parameters, PluginHandle, PreRequest, Scorer, ScorerCategory
+from scheduler.interfaces import Parameters, PluginHandle, PluginMetrics, PreRequest, Scorer, ScorerCategory
 from scheduler.plugins.producers.approx_prefix import (
     INACTIVE_SERVER_CHECK_SECONDS,
     PREFILL_PROFILE,
@@ -158,6 +158,12 @@ class PrefixCacheScorer(Scorer, PreRequest):
 
     def forget_servers_not_in(self, names: Iterable[str]) -> list[str]:
         return self.producer.forget_servers_not_in(names)
+
+    def bind_metrics(self, metrics: PluginMetrics) -> None:
+        """The producer's prefix-indexer families (a private producer is no plugin of its own)."""
+        bind = getattr(self.producer, "bind_metrics", None)
+        if bind is not None:
+            bind(metrics)
 
     # -- Scorer ------------------------------------------------------------------------------
 

@@ -179,6 +179,10 @@ class PrefixIndex:
         """The number of distinct block hashes held by any server."""
         return len(self._masks)
 
+    def entries(self) -> int:
+        """Entries over every server's LRU (a hash two servers hold counts twice): GIE's size."""
+        return sum(len(entry.lru) for entry in self._servers.values())
+
     def _new_server(self, server: str, capacity: int | None) -> _ServerEntry:
         if self._free:
             index = heapq.heappop(self._free)

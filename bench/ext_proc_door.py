@@ -1,0 +1,128 @@
+"""The ext_proc door against the HTTP door, in the same run on the same deployment: decisions per
+second of one gateway replica and the latency a decision adds per request.
+
+* ext_proc: what Envoy sends for a request (headers, the body with end_of_stream) until the headers
+  response (the pick) and the echoed body come back, then the response phase with a small body, so
+  each request is told complete as Envoy would (no model server is reached: the decision alone);
+* HTTP: `POST /v1/pick` (the HTTP door's decision without forwarding: intake, parse, admit,
+  schedule, PreRequest and ResponseComplete).
+
+Both doors run GatewayCore's one request path on the same profile actors (the `default` config,
+simulated pods for the snapshot). Sequential requests give the added latency (p50 / p99); N
+concurrent clients give the decisions per second.
+
+    python -m bench.ext_proc_door [--requests 2000] [--concurrency 32] [--port 8460]"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+
+import aiohttp
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+RESPONSE = json.dumps({"choices": [{"text": "ok"}], "usage": {"prompt_tokens": 5, "completion_tokens": 1}}).encode()
+
+
+def _headers(items: dict[str, str], end: bool = False) -> pb.HttpHeaders:
+    values = [base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in items.items()]
+    return pb.HttpHeaders(headers=base_pb2.HeaderMap(headers=values), end_of_stream=end)
+
+
+def _body(i: int) -> bytes:
+    return json.dumps({"model": MODEL, "prompt": f"request {i} " + "lorem ipsum " * 150, "max_tokens": 8}).encode()
+
+
+async def ext_proc_request(stub: pb_grpc.ExternalProcessorStub, i: int) -> float:
+    """One request's stream as Envoy drives it; returns the seconds from the headers to the pick."""
+    body = _body(i)
+    call = stub.Process()
+    start = time.perf_counter()
+    await call.write(pb.ProcessingRequest(request_headers=_headers({":method": "POST", ":path": "/v1/completions",
+                                                                   "content-type": "application/json"})))  # fmt: skip
+    await call.write(pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True)))
+    answer = await call.read()
+    picked = time.perf_counter() - start
+    if answer.WhichOneof("response") != "request_headers":
+        raise RuntimeError(f"no pick: {answer}")
+    await call.read()  # the body, echoed
+    await call.write(
+        pb.ProcessingRequest(response_headers=_headers({":status": "200", "content-type": "application/json"}))
+    )
+    await call.read()
+    await call.write(pb.ProcessingRequest(response_body=pb.HttpBody(body=RESPONSE, end_of_stream=True)))
+    await call.read()
+    await call.done_writing()
+    return picked
+
+
+async def http_request(session: aiohttp.ClientSession, url: str, i: int) -> float:
+    start = time.perf_counter()
+    async with session.post(f"{url}/v1/pick", data=_body(i), headers={"content-type": "application/json"}) as resp:
+        await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"/v1/pick answered {resp.status}")
+    return time.perf_counter() - start
+
+
+async def _measure(one, n: int, concurrency: int) -> dict[str, float]:
+    lat = [await one(i) for i in range(min(n, 500))]  # sequential: the added latency
+    counter = iter(range(n))
+
+    async def worker() -> None:
+        for i in counter:
+            await one(i)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    lat.sort()
+    return {
+        "p50_ms": statistics.median(lat) * 1000,
+        "p99_ms": lat[int(len(lat) * 0.99) - 1] * 1000,
+        "decisions_per_s": n / elapsed,
+    }
+
+
+async def run(url: str, address: str, n: int, concurrency: int) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    async with grpc.aio.insecure_channel(address) as channel, aiohttp.ClientSession() as session:
+        stub = pb_grpc.ExternalProcessorStub(channel)
+        for _ in range(50):  # warm both doors (connections, the replica's first snapshot)
+            await ext_proc_request(stub, -1)
+            await http_request(session, url, -1)
+        out["http /v1/pick"] = await _measure(lambda i: http_request(session, url, i), n, concurrency)
+        out["ext_proc"] = await _measure(lambda i: ext_proc_request(stub, i), n, concurrency)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--port", type=int, default=8460)
+    ap.add_argument("--pods", type=int, default=4)
+    args = ap.parse_args(argv)
+    from serve_app.launch import EppDeployment, LaunchSpec
+
+    dep = EppDeployment.start(
+        LaunchSpec(sim_pods=args.pods, port=args.port, ext_proc_port=args.port + 1, settings={"pick_api": True})
+    )
+    try:
+        figures = asyncio.run(run(dep.url, dep.ext_proc_address or "", args.requests, args.concurrency))
+    finally:
+        dep.stop()
+    print(f"{'door':<16}{'p50 ms':>9}{'p99 ms':>9}{'decisions/s':>14}   (1 replica, concurrency {args.concurrency})")
+    for door, f in figures.items():
+        print(f"{door:<16}{f['p50_ms']:>9.2f}{f['p99_ms']:>9.2f}{f['decisions_per_s']:>14.0f}")
+
+
+if __name__ == "__main__":
+    main()

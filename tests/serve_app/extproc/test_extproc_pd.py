@@ -1,0 +1,88 @@
+"""P/D through the ext_proc door, as llm-d's EPP does it: the pick is the decode pod, and the
+prefill pod goes to the decode pod's routing sidecar in `x-prefiller-host-port`; the HTTP door
+makes the same decisions on the same deployment (ray_epp/configs/pd.yaml, simulated prefill and
+decode pods)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.conftest import GATEWAY_TEST_PORT
+from tests.serve_app.deployments import start_deployment
+from tests.serve_app.extproc.envoy import stub_for, through_envoy
+
+pytestmark = pytest.mark.ray
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+LONG = "The quick brown fox studies distributed systems and writes long essays about them. " * 40
+PREFILLER = "x-prefiller-host-port"
+
+
+@pytest.fixture(scope="module")
+def sim():
+    from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
+
+    pods = [PodConfig(name=f"prefill-{i}", role="prefill") for i in range(2)]
+    pods += [PodConfig(name=f"decode-{i}", role="decode") for i in range(2)]
+    cluster = start_sim_pods_in_thread(pods, time_scale=1.0, seed=5)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(ray_session, sim):
+    dep = start_deployment(sim, "pd", settings={"debug_trace": True}, ext_proc_port=GATEWAY_TEST_PORT + 3)
+    yield dep
+    dep.stop()
+
+
+@pytest.fixture(scope="module")
+def stub(gateway):
+    channel, stub = stub_for(gateway.ext_proc_address)
+    yield stub
+    channel.close()
+
+
+def body(prompt: str) -> bytes:
+    return json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 4}).encode()
+
+
+def name_of(host_port: str, sim) -> str:
+    return next(p.name for p in sim.pods if host_port == f"127.0.0.1:{p.port}")
+
+
+def test_a_long_uncached_prompt_names_its_prefill_pod_for_the_sidecar(stub, sim):
+    out = through_envoy(stub, "/v1/completions", body("[ext-proc first] " + LONG))
+    assert name_of(out.endpoint, sim).startswith("decode-")
+    assert name_of(out.request_set[PREFILLER], sim).startswith("prefill-")
+    assert out.status == 200
+
+
+def test_short_or_cached_prompts_are_decode_only(stub, sim):
+    short = through_envoy(stub, "/v1/completions", body("hi"))
+    assert name_of(short.endpoint, sim).startswith("decode-") and PREFILLER not in short.request_set
+    prompt = "[asked twice] " + LONG
+    first = through_envoy(stub, "/v1/completions", body(prompt))
+    assert PREFILLER in first.request_set
+    time.sleep(0.1)
+    again = through_envoy(stub, "/v1/completions", body(prompt))  # the decode pod holds this prefix now
+    assert PREFILLER not in again.request_set, (first.endpoint, again.endpoint)
+
+
+def test_the_http_door_decides_alike(client, stub, sim):
+    """The same decision at the HTTP door (sidecar mode there too would name the same prefill pod:
+    the decision is the profiles', not the door's)."""
+    resp = client.post(
+        "/v1/completions",
+        json={"model": MODEL, "prompt": "[http first] " + LONG, "max_tokens": 2},
+        headers={"x-epp-debug": "1"},
+    )
+    assert resp.status_code == 200, resp.text
+    trace = json.loads(resp.headers["x-epp-trace"])
+    out = through_envoy(stub, "/v1/completions", body("[ext_proc second] " + LONG))
+    assert trace["trace"]["pd"]["decision"] == "pd" and PREFILLER in out.request_set
+    assert name_of(resp.headers["x-gateway-destination-endpoint"], sim).startswith("decode-")
+    assert name_of(out.endpoint, sim).startswith("decode-")
