@@ -52,6 +52,7 @@ from actors.placement import RayNodes
 from actors.pod_source import RUNTIME, STATIC, PodConflict, PodSource
 from actors.pod_source_specs import build_pod_source
 from actors.pod_state import PodRecord, PodState
+from actors.response_pins import ResponsePins
 from actors.scrape_report import ScrapeReport
 from actors.snapshot_delta import DeltaLog
 from scheduler import Endpoint, Metrics
@@ -84,6 +85,7 @@ class DatastoreActor:
         self._published = asyncio.Event()  # readers may see snapshots (see "Restart" above)
         self._held_s: float | None = None  # how long a restart held the readers
         self._lock = asyncio.Lock()
+        self._pins = ResponsePins()  # the Responses API's stored responses: which pod holds each
         self._sources: dict[str, PodSource] = {}
         for source in map(build_pod_source, sources or []):
             self._sources[source.id] = source
@@ -419,6 +421,16 @@ class DatastoreActor:
             g: {"actor": h, "pods": sorted(n for n, p in self._core.pods.items() if p.group == g)}
             for g, h in self._fleet.handles.items()
         }
+
+    async def pin_response(self, response_id: str, pod: str | None) -> None:
+        """Remember (or, with None, forget) which pod made a stored response."""
+        self._pins.pin(response_id, pod) if pod is not None else self._pins.forget(response_id)
+
+    async def response_pod(self, response_id: str) -> tuple[str | None, str | None]:
+        """(the pod that made the response or None, that pod's state or None when it has left)."""
+        pod = self._pins.pod_of(response_id)
+        record = self._core.pods.get(pod) if pod is not None else None
+        return pod, None if record is None else record.state.value
 
     async def debug_info(self) -> dict[str, Any]:
         """The actor's process and counters (for benchmarks)."""

@@ -273,7 +273,10 @@ class ProfileActor:
                         else SchedulingError(ErrorCode.INTERNAL, f"profile {self._name!r} failed")
                     )
         profile_trace = None if trace is None else trace.profiles.get(self._name)
-        return ProfileOutcome(result, error, profile_trace, version, started, time.time())
+        outcome = ProfileOutcome(result, error, profile_trace, version, started, time.time())
+        if call.traceparent is not None:  # a traced request: the run's span goes back with the answer
+            outcome.span = {"traceparent": call.traceparent, "pid": os.getpid(), "endpoints": len(endpoints)}
+        return outcome
 
     async def _run_batch_by_channel(self, items: list[ProfileCall | ProfileEvent]) -> list[ProfileOutcome | None]:
         self._channel_batches += 1

@@ -41,6 +41,9 @@ class ProfileCall:
     # The endpoints to run on, when the caller knows them (a Serve request router: its replicas and
     # their routing stats); None runs on the actor's datastore snapshot.
     endpoints: list[Endpoint] | None = None
+    # The W3C traceparent of the gateway's scheduling span, when the request is traced
+    # (serve_app/tracing.py): the actor answers with its run's span under it (ProfileOutcome.span).
+    traceparent: str | None = None
 
 
 @dataclass(slots=True)
@@ -57,6 +60,9 @@ class ProfileOutcome:
     snapshot_version: int
     started: float
     finished: float
+    # A traced call's span, timed by `started` and `finished`: the traceparent it came with, the
+    # actor's pid and the endpoints it ran on (the gateway exports it).
+    span: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from scheduler import LLMRequest
 from serve_app.request_metrics import RequestMetrics
+from serve_app.tracing import RequestSpans, current_spans
 from serve_app.usage import STREAM_TAIL_BYTES, usage_counts_of_body, usage_counts_of_stream
 
 if TYPE_CHECKING:
@@ -38,11 +39,14 @@ class Exchange:
     _kept: list[bytes] = field(default_factory=list)  # the body (or the stream's tail) for usage
     _kept_bytes: int = 0
     _closed: bool = False
+    spans: RequestSpans | None = None  # the request's trace (serve_app/tracing.py), when traced
 
     @classmethod
     def open(cls, core: GatewayCore, request: LLMRequest, endpoint: str, started: float, streaming: bool) -> Exchange:
         ex = cls(core, request, endpoint, started, streaming)
         ex.metrics = core.metrics.response_started(request, streaming, started)
+        if getattr(core, "tracing", None) is not None:
+            ex.spans = current_spans()
         return ex
 
     def chunk(self, data: bytes) -> None:
@@ -50,6 +54,8 @@ class Exchange:
         if not data:
             return
         arrived = self.core.metrics.chunk(self.metrics, len(data))  # type: ignore[arg-type]
+        if self.spans is not None:
+            self.spans.chunk()  # the first: the forward span's first_token event
         if self.streaming and self._first:
             self._first = False
             self.core.tell_first_token(self.request, self.endpoint)
@@ -80,3 +86,5 @@ class Exchange:
         self._closed = True
         self.core.metrics.finished(self.metrics, self.usage)  # type: ignore[arg-type]
         self.core.tell_complete(self.request, self.endpoint)
+        if self.spans is not None and self.streaming:  # a whole body's request ends at the door
+            self.spans.finish(200)

@@ -39,14 +39,20 @@ class Forwarder:
         return self._session
 
     async def open(
-        self, endpoint: Endpoint, path: str, body: bytes, headers: dict[str, str], stream: bool = False
+        self,
+        endpoint: Endpoint,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        stream: bool = False,
+        method: str = "POST",
     ) -> aiohttp.ClientResponse:
         """Send the request; the caller reads (or streams) and releases the response."""
         url = f"http://{endpoint.address}:{endpoint.port}{path}"
         wait = self._first_byte_timeout_s if stream else None
         try:
             async with asyncio.timeout(wait):
-                resp = await self.session().post(url, data=body, headers=headers)
+                resp = await self.session().request(method, url, data=body or None, headers=headers)
         except TimeoutError:
             what = f"no response within {wait} s" if wait is not None else "timed out"
             raise UpstreamUnavailable(f"{endpoint.name} ({endpoint.host_port}): {what}") from None

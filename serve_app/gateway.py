@@ -43,16 +43,21 @@ from serve_app.flow_gate import FlowGate
 from serve_app.forwarder import Forwarder, UpstreamUnavailable, relay, response_headers
 from serve_app.ingress import SharedPortServer
 from serve_app.intake import RequestIntake
+from serve_app.messages_route import MessagesRoute
 from serve_app.parsing import ParsedRequest, parse_request
 from serve_app.ray_runner import RayProfileRunner
 from serve_app.request_metrics import GatewayMetrics
+from serve_app.responses_route import ResponsesRoute
+from serve_app.route_hooks import RouteHooks
 from serve_app.settings import GatewaySettings
 from serve_app.side_routes import DESTINATION_HEADER
+from serve_app.tracing import NO_SPANS, current_spans, request_tracing
 
 GATEWAY_SERVICE = "ray-epp-gateway"  # /health names the service, so launchers find our replicas
 FIRST_SNAPSHOT_WAIT_S = 5.0  # a new replica's first request waits at most this for the pool
 OTHER = "other"  # the metric label of a value a client chose that the pool does not know
 PD_HANDOFFS = "ray_epp_pd_handoffs_total"
+PD_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})  # other APIs are served decode-only
 app = FastAPI(title="Ray EPP gateway", docs_url=None, redoc_url=None, openapi_url=None)
 answer_errors_in_openai_shape(app)
 
@@ -108,6 +113,7 @@ class GatewayCore:
             call_timeout_s=s.profile_call_timeout_s,
             recorder=self.recorder,
         )
+        self.datastore = datastore  # also the shared store of the Responses API's pins
         self.view = EndpointView(datastore, min_interval_s=s.snapshot_min_interval_s)
         self.forwarder = Forwarder(s.connect_timeout_s, s.upstream_timeout_s, s.first_byte_timeout_s)
         self.intake = RequestIntake(s)
@@ -125,6 +131,7 @@ class GatewayCore:
             else FlowGate(fc, lambda: self.view.endpoints, self.recorder, self.model_label, self.priority_label)
         )
         self.hub = hub
+        self.tracing = request_tracing(s)  # None: tracing off (serve_app/tracing.py)
         self.pusher = MetricsPusher(self.recorder, f"gateway-{os.getpid()}", hub) if hub is not None else None
         self._started = False
 
@@ -255,57 +262,76 @@ class GatewayCore:
 
     def count_error(self, req: LLMRequest | None, err: GatewayError) -> None:
         self.metrics.error(req, err.code)
+        if self.tracing is not None and (spans := current_spans()) is not None:
+            spans.error(err.status, err.code)
 
-    async def handle(self, http: Request, path: str) -> Response:
+    async def handle(self, http: Request, path: str, route: RouteHooks | None = None) -> Response:
         started = time.perf_counter()
         try:
             self.intake.check_head(http)
             self.intake.enter()
         except GatewayError as err:
             self.count_error(None, err)
-            return err.response()
+            return err.response() if route is None else route.error_response(err)
         response: Response | None = None
         req: LLMRequest | None = None
+        spans = (self.tracing.begin(http.headers, path) if self.tracing is not None else None) or NO_SPANS
         try:
             raw = await self.intake.read_body(http)
             await self.ensure_ready()
             parsed = parse_request(raw, dict(http.headers), path, self.settings, self.known_models())
+            if route is not None:
+                await route.prepare(parsed)
             req = parsed.llm_request
+            spans.admission(req)
             await self.enter(parsed, http, len(raw), started)
             trace = SchedulingTrace() if self.intake.wants_trace(http) else None
-            response = await self._schedule_and_forward(parsed, path, raw, trace, started)
+            response = await self._schedule_and_forward(parsed, path, raw, trace, started, route)
             return response
         except GatewayError as err:
             self.count_error(req, err)
-            return err.response()
+            return err.response() if route is None else route.error_response(err)
         finally:
             if req is not None:
                 self.settle(req)  # a dispatched request whose scheduling failed
             if not isinstance(response, _Stream):  # a stream leaves when it ends
                 self.intake.leave()
+                spans.finish(None if response is None else response.status_code)
 
     async def _schedule_and_forward(
-        self, parsed: ParsedRequest, path: str, raw: bytes, trace: SchedulingTrace | None, started: float
+        self,
+        parsed: ParsedRequest,
+        path: str,
+        raw: bytes,
+        trace: SchedulingTrace | None,
+        started: float,
+        route: RouteHooks | None = None,
     ) -> Response:
         req = parsed.llm_request
         excluded: set[str] = set()
         last_error = ""
+        spans = current_spans() or NO_SPANS
         for _attempt in range(self.settings.max_retries + 1):
+            spans.schedule(_attempt)
             result = await self.decide(req, trace, last_error if excluded else None)
+            spans.decided(result)
             target = result.target
             headers = dict(parsed.forward_headers)
             body = raw
-            if result.prefill_profile_name is not None:
+            if result.prefill_profile_name is not None and path in PD_PATHS:
+                spans.prefill(result, headers)
                 body = await self.pd_hand_off(req, result, path, raw, headers, trace)
+            spans.forward(target, headers)
             try:
                 upstream = await self.forwarder.open(target, path, body, headers, stream=parsed.stream)
             except UpstreamUnavailable as err:
+                spans.failed(str(err))
                 last_error = str(err)
                 excluded.add(target.name)
-                req.excluded_endpoints = frozenset(excluded)
+                req.excluded_endpoints = req.excluded_endpoints | excluded  # a route's own exclusions stay
                 self.tell_complete(req, target.name)
                 continue
-            return await self._respond(parsed, result, upstream, trace, started)
+            return await self._respond(parsed, result, upstream, trace, started, route)
         raise GatewayError(
             503,
             f"no endpoint could serve the request after retries: {last_error}",
@@ -346,7 +372,9 @@ class GatewayCore:
             trace.extra["pd"] = hand.trace()
         return hand.body if hand.body is not None else raw
 
-    async def _respond(self, parsed, result: SchedulingResult, upstream, trace, started: float) -> Response:
+    async def _respond(
+        self, parsed, result: SchedulingResult, upstream, trace, started: float, route: RouteHooks | None = None
+    ) -> Response:
         req = parsed.llm_request
         target = result.target
         headers = response_headers(upstream)
@@ -358,9 +386,12 @@ class GatewayCore:
         if upstream.status >= 400:  # the model server's own error: counted with its status, as GIE does
             self.metrics.error(req, str(upstream.status))
         exchange = Exchange.open(self, req, target.name, started, streaming=is_sse)
+        tap = route if route is not None and upstream.status == 200 else None
         if not is_sse:
             try:
                 body = await upstream.read()
+                if tap is not None:
+                    await tap.answered(target.name, body)
                 exchange.chunk(body)
                 exchange.end(upstream.status == 200)
             finally:
@@ -370,6 +401,8 @@ class GatewayCore:
 
         async def stream():
             async for chunk in relay(upstream, is_sse=True, idle_timeout_s=self.settings.stream_idle_timeout_s):
+                if tap is not None:
+                    await tap.answered(target.name, chunk)
                 exchange.chunk(chunk)
                 yield chunk
             exchange.end(True)  # the stream ended whole: its usage before its completion frees the queue
@@ -450,6 +483,37 @@ class Gateway:
     @app.post("/v1/chat/completions")
     async def chat_completions(self, request: Request) -> Response:
         return await self.core.handle(request, "/v1/chat/completions")
+
+    @app.post("/v1/responses")
+    async def responses(self, request: Request) -> Response:
+        return await ResponsesRoute.create(self.core, request)
+
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(self, request: Request, response_id: str) -> Response:
+        return await ResponsesRoute.stored(self.core, request, response_id)
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(self, request: Request, response_id: str) -> Response:
+        return await ResponsesRoute.stored(self.core, request, response_id)
+
+    # the APIs routed by load alone (serve_app/api_views.py, LOAD_VIEWS)
+    @app.post("/v1/embeddings")
+    @app.post("/pooling")
+    @app.post("/classify")
+    @app.post("/score")
+    @app.post("/v1/score")
+    @app.post("/rerank")
+    @app.post("/v1/rerank")
+    @app.post("/v2/rerank")
+    @app.post("/tokenize")
+    @app.post("/detokenize")
+    async def load_routed(self, request: Request) -> Response:
+        return await self.core.handle(request, request.scope["route"].path)
+
+    @app.post("/v1/messages")
+    @app.post("/v1/messages/count_tokens")
+    async def anthropic_messages(self, request: Request) -> Response:
+        return await MessagesRoute.create(self.core, request, request.scope["route"].path)
 
     @app.post("/v1/pick")
     async def pick(self, request: Request) -> Response:

@@ -9,6 +9,7 @@ import hmac
 from collections.abc import Mapping
 
 from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 
 from serve_app.errors import GatewayError, bad_request
 from serve_app.settings import GatewaySettings
@@ -92,3 +93,13 @@ class RequestIntake:
 
     def leave(self) -> None:
         self.in_flight -= 1
+
+    def let_in(self, http: Request) -> Response | None:
+        """`check_head` and `enter` for a route that answers its own way: None when the request
+        is in (the caller then `leave()`s), else the refusal's answer."""
+        try:
+            self.check_head(http)
+            self.enter()
+        except GatewayError as err:
+            return err.response()
+        return None

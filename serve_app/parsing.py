@@ -10,6 +10,7 @@ from typing import Any
 
 from scheduler import LLMRequest, SchedulingError
 from scheduler.plugins.support.slo import parse_slo_headers
+from serve_app.api_views import scheduling_view
 from serve_app.errors import GatewayError, bad_request
 from serve_app.settings import GatewaySettings
 
@@ -37,7 +38,8 @@ class ParsedRequest:
 def parse_request(
     raw: bytes, headers: dict[str, str], path: str, settings: GatewaySettings, known_models: set[str] | None
 ) -> ParsedRequest:
-    """Validate an OpenAI completions / chat body; raises GatewayError with the status to answer."""
+    """Validate a body of an inference API (`path`, serve_app/api_views.py); raises GatewayError
+    with the status to answer."""
     if len(raw) > settings.max_body_bytes:
         raise GatewayError(413, f"request body of {len(raw)} bytes exceeds the limit of {settings.max_body_bytes}")
     try:
@@ -53,21 +55,14 @@ def parse_request(
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("'model' is required and must be a string", param="model")
-    if path.endswith("/chat/completions"):
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise bad_request("'messages' must be a non-empty list", param="messages")
-    elif "prompt" not in body:
-        raise bad_request("'prompt' is required", param="prompt")
+    body = scheduling_view(path, body)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be a boolean", param="stream")
     if known_models is not None and model not in known_models:
         raise GatewayError(404, f"The model `{model}` does not exist.", code="model_not_found", param="model")
 
-    clean = {k.lower(): v for k, v in headers.items()}
-    for name in ROUTING_HEADERS | HOP_HEADERS:
-        clean.pop(name, None)
+    clean = forward_headers(headers)
     request_id = clean.get(REQUEST_ID_HEADER) or f"{_id_prefix}{next(_ids)}"
     clean[REQUEST_ID_HEADER] = request_id
     try:  # llm-d's SLO headers, checked here so a malformed one is a 400 before any scheduling
@@ -82,6 +77,15 @@ def parse_request(
         priority=priority_of(clean, settings),
     )
     return ParsedRequest(llm_request, stream, clean)
+
+
+def forward_headers(headers: dict[str, str]) -> dict[str, str]:
+    """A client's headers as they may go on to a model server: lower-cased, without routing or
+    hop-by-hop headers."""
+    clean = {k.lower(): v for k, v in headers.items()}
+    for name in ROUTING_HEADERS | HOP_HEADERS:
+        clean.pop(name, None)
+    return clean
 
 
 def too_deep(limit: int) -> GatewayError:

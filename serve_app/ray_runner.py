@@ -18,6 +18,7 @@ from scheduler.plugins.support.prefix.hashing import DEFAULT_BLOCK_SIZE_TOKENS
 from scheduler.trace import SchedulingTrace
 from serve_app.batcher import ActorBatcher
 from serve_app.shard_key import ShardKey
+from serve_app.tracing import current_spans
 
 ROUND_TRIP = "ray_epp_profile_actor_round_trip_seconds"
 CALLS = "ray_epp_profile_actor_calls_total"
@@ -70,7 +71,9 @@ class RayProfileRunner:
     ) -> dict[str, ProfileRunResult | None]:
         # `endpoints` None (the gateway): each actor runs on its datastore snapshot; a list (a caller
         # that knows its pool, e.g. a Serve request router or a benchmark) travels with the call.
-        call = ProfileCall(for_scheduling(request), cycle_state, trace is not None, endpoints)
+        spans = current_spans()  # a traced request: its schedule span's context rides in the call
+        traceparent = spans.profile_traceparent() if spans is not None else None
+        call = ProfileCall(for_scheduling(request), cycle_state, trace is not None, endpoints, traceparent)
         shard = self.shard_key.shard_of(request)
         if len(names) == 1:
             outcomes = [await self._run_one(names[0], call, shard)]
@@ -78,6 +81,8 @@ class RayProfileRunner:
             outcomes = await asyncio.gather(*(self._run_one(n, call, shard) for n in names))
         results: dict[str, ProfileRunResult | None] = {}
         for name, outcome in zip(names, outcomes, strict=True):
+            if spans is not None:
+                spans.profile_run(name, shard, outcome)
             if outcome.error is not None:
                 cycle_state.write(profile_error_key(name), outcome.error)
             if trace is not None and outcome.trace is not None:

@@ -107,6 +107,16 @@ class GatewaySettings(BaseModel):
     # prefill pod, then the request is served decode-only ("decode-only", as llm-d's sidecar does) or failed ("fail").
     pd_prefill_retries: int = Field(default=0, ge=0)
     pd_prefill_failure: Literal["decode-only", "fail"] = "decode-only"
+    # OpenTelemetry traces (the `tracing` extra; docs/OBSERVABILITY.md, "Traces"): the share of
+    # requests traced when the client sends no sampled traceparent (one that does is always
+    # followed). 0, the default: tracing off, opentelemetry never imported. Spans go by OTLP/HTTP
+    # to `tracing_otlp_endpoint` (None: OTEL_EXPORTER_OTLP_ENDPOINT, else localhost:4318);
+    # `tracing_exporter: none` only propagates: spans are made and the traceparent sent on to the
+    # model servers, nothing is exported.
+    tracing_sample_ratio: float = Field(default=0.0, ge=0, le=1)
+    tracing_service_name: str = Field(default="ray-epp-gateway", min_length=1)
+    tracing_otlp_endpoint: str | None = None
+    tracing_exporter: Literal["otlp", "none"] = "otlp"
 
 
 def load_settings_file(path: str | Path) -> GatewaySettings:

@@ -29,11 +29,9 @@ async def pick(core: GatewayCore, http: Request) -> Response:
     if not core.settings.pick_api:
         return GatewayError(404, "Not Found").response()
     intake = core.intake
-    try:
-        intake.check_head(http)
-        intake.enter()
-    except GatewayError as err:
-        return err.response()
+    refused = intake.let_in(http)
+    if refused is not None:
+        return refused
     parsed: ParsedRequest | None = None
     try:
         raw = await intake.read_body(http)

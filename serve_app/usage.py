@@ -13,15 +13,20 @@ STREAM_TAIL_BYTES = 8192
 
 
 def usage_counts(payload: Any) -> tuple[int, int, int] | None:
-    """(prompt, completion, cached prompt tokens; cached -1 when the usage does not say)."""
+    """(prompt, completion, cached prompt tokens; cached -1 when the usage does not say). The
+    Responses API's usage (`input_tokens`, `output_tokens`, in a stream's `response.completed`
+    under `response`) and Anthropic's (`cache_read_input_tokens`) count the same tokens."""
+    if isinstance(payload, dict) and isinstance(payload.get("response"), dict):
+        payload = payload["response"]
     usage = payload.get("usage") if isinstance(payload, dict) else None
     if not isinstance(usage, dict):
         return None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    completion = usage.get("completion_tokens", usage.get("output_tokens"))
     if type(prompt) is not int or type(completion) is not int:
         return None
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
+    cached = details.get("cached_tokens") if isinstance(details, dict) else usage.get("cache_read_input_tokens")
     return prompt, completion, cached if type(cached) is int and cached >= 0 else -1
 
 

@@ -8,6 +8,7 @@ the engine's model time only). `SimCluster` runs several pods in one asyncio loo
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
@@ -25,9 +26,12 @@ from pydantic import ValidationError
 
 from ray_epp.simulator.config import FailureConfig, PodConfig
 from ray_epp.simulator.engine import FINISHED, Engine, EngineRequest
+from ray_epp.simulator.messages_api import MessagesApi
 from ray_epp.simulator.metrics import PodMetrics
 from ray_epp.simulator.openai_api import ChatBody, CompletionBody, LoraLoadBody, error_body, validation_error
 from ray_epp.simulator.pod_kv import PodKVEvents, reset_prefix_cache, tokenize
+from ray_epp.simulator.pooling_api import PoolingApi
+from ray_epp.simulator.responses_api import ResponsesApi
 from ray_epp.simulator.text import fake_tokens
 from ray_epp.simulator.tokens import Prompt, count_tokens
 
@@ -36,21 +40,26 @@ log = logging.getLogger(__name__)
 
 
 class _Sink:
-    """Where the engine loop delivers one request's progress."""
+    """Where the engine loop delivers one request's progress: its output count (None: finished)
+    on its own queue, or, for one choice of several (`index`), `(index, count)` on a queue the
+    choices share."""
 
-    __slots__ = ("done", "queue")
+    __slots__ = ("done", "index", "queue")
 
-    def __init__(self, stream: bool) -> None:
-        self.queue: asyncio.Queue[int | None] | None = asyncio.Queue() if stream else None
+    def __init__(self, stream: bool, queue: asyncio.Queue[Any] | None = None, index: int | None = None) -> None:
+        self.queue: asyncio.Queue[Any] | None = queue if queue is not None else asyncio.Queue() if stream else None
+        self.index = index
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def emit(self, r: EngineRequest) -> None:
+    def _put(self, count: int | None) -> None:
         if self.queue is not None:
-            self.queue.put_nowait(r.num_output)
+            self.queue.put_nowait(count if self.index is None else (self.index, count))
+
+    def emit(self, r: EngineRequest) -> None:
+        self._put(r.num_output)
 
     def finish(self) -> None:
-        if self.queue is not None:
-            self.queue.put_nowait(None)
+        self._put(None)
         if not self.done.done():
             self.done.set_result(None)
 
@@ -95,6 +104,9 @@ class SimPod:
         self._vclock = 0.0
         self._ready_at = 0.0
         self.kv_events: PodKVEvents | None = None
+        # The latest requests' (path, headers), newest last: what a gateway sent (trace context,
+        # P/D headers), for tests and `epp sim` debugging.
+        self.request_headers: collections.deque[tuple[str, dict[str, str]]] = collections.deque(maxlen=256)
 
     # ---- identity ---------------------------------------------------------------------------
     @property
@@ -127,6 +139,9 @@ class SimPod:
         app.router.add_post("/v1/load_lora_adapter", self._load_lora)
         app.router.add_post("/v1/unload_lora_adapter", self._unload_lora)
         app.router.add_post("/tokenize", partial(tokenize, self.engine))
+        ResponsesApi(self).install(app.router)
+        PoolingApi(self).install(app.router)
+        MessagesApi(self).install(app.router)
         app.router.add_post("/reset_prefix_cache", partial(reset_prefix_cache, lambda: self.kv_events, self.engine))
         app.on_response_prepare.append(self._tag)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -221,6 +236,8 @@ class SimPod:
     # ---- helpers ----------------------------------------------------------------------------
     async def _tag(self, request: web.Request, response: web.StreamResponse) -> None:
         response.headers[POD_HEADER] = self.name
+        if request.method == "POST":
+            self.request_headers.append((request.path, {k.lower(): v for k, v in request.headers.items()}))
 
     def _starting(self) -> bool:
         return asyncio.get_running_loop().time() < self._ready_at
@@ -240,8 +257,11 @@ class SimPod:
             raise _BadRequest(400, "The request body must be a JSON object.")
         return data
 
-    def _parse(self, data: dict[str, Any], chat: bool) -> tuple[CompletionBody | ChatBody, Prompt, int, str | None]:
-        """Validate a body: (body, prompt, max_tokens, lora) or _BadRequest with vLLM's status."""
+    def _parse(
+        self, data: dict[str, Any], chat: bool
+    ) -> tuple[CompletionBody | ChatBody, list[Prompt], int, str | None]:
+        """Validate a body: (body, its prompts, max_tokens, lora) or _BadRequest with vLLM's status.
+        A completions body may hold a batch of prompts (strings or token lists)."""
         try:
             body: CompletionBody | ChatBody = (ChatBody if chat else CompletionBody).model_validate(data)
         except ValidationError as exc:
@@ -253,25 +273,23 @@ class SimPod:
             lora = self.engine.resolve_model(body.model)
         except KeyError:
             raise _BadRequest(404, f"The model `{body.model}` does not exist.", "model") from None
-        prompt: Prompt
+        prompts: list[Prompt]
         try:
             if isinstance(body, ChatBody):
-                prompt = self.engine.engine_prompt(None, body.messages)
+                prompts = [self.engine.engine_prompt(None, body.messages)]
                 max_tokens = body.max_completion_tokens or body.max_tokens or self.cfg.default_max_tokens
             else:
                 raw = body.prompt
-                if isinstance(raw, list) and raw and isinstance(raw[0], str):
-                    if len(raw) != 1:
-                        raise _BadRequest(400, "The simulator accepts one prompt per request.", "prompt")
-                    raw = raw[0]
-                prompt = self.engine.engine_prompt(raw)  # type: ignore[arg-type]
+                batch = raw if isinstance(raw, list) and raw and not isinstance(raw[0], int) else [raw]
+                prompts = [self.engine.engine_prompt(p) for p in batch]  # type: ignore[arg-type]
                 max_tokens = body.max_tokens or self.cfg.default_max_tokens
         except ValueError as exc:  # a tokenizer without a chat template
             raise _BadRequest(400, str(exc), "messages") from None
-        problem = self.engine.check(count_tokens(prompt), max_tokens)
-        if problem:
-            raise _BadRequest(400, *problem)
-        return body, prompt, max_tokens, lora
+        for prompt in prompts:
+            problem = self.engine.check(count_tokens(prompt), max_tokens)
+            if problem:
+                raise _BadRequest(400, *problem)
+        return body, prompts, max_tokens, lora
 
     # ---- OpenAI endpoints -------------------------------------------------------------------
     async def _completions(self, request: web.Request) -> web.StreamResponse:
@@ -288,7 +306,7 @@ class SimPod:
             status = int(failure)  # type: ignore[arg-type]
             return _error(status, f"Injected failure ({status}).")
         try:
-            body, prompt, max_tokens, lora = self._parse(await self._read_json(request), chat)
+            body, prompts, max_tokens, lora = self._parse(await self._read_json(request), chat)
         except _BadRequest as exc:
             return _error(exc.status, exc.message, exc.param)
         if failure == "drop" and not body.stream:
@@ -299,31 +317,49 @@ class SimPod:
         n = next(self._ids)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.name}-{n}"
         eng = self.engine
-        r = eng.new_request(
-            rid, prompt, max_tokens, self._now(),
-            lora=lora, ignore_eos=body.ignore_eos,
-            remote_prefill=bool(kvp.get("do_remote_prefill")), remote_decode=bool(kvp.get("do_remote_decode")),
-        )  # fmt: skip
-        r.sink = _Sink(body.stream)
-        eng.add(r)
-        self._wake.set()
+        queue: asyncio.Queue[Any] | None = asyncio.Queue() if body.stream else None
+        choices = len(prompts) * body.n  # choice i*n+j: prompt i's j-th answer, vLLM's order
+        rs = [
+            self.submit(
+                rid if choices == 1 else f"{rid}-{index}", prompts[index // body.n], max_tokens, body.stream,
+                sink=_Sink(body.stream, queue, index), lora=lora, ignore_eos=body.ignore_eos,
+                remote_prefill=bool(kvp.get("do_remote_prefill")), remote_decode=bool(kvp.get("do_remote_decode")),
+            )
+            for index in range(choices)
+        ]  # fmt: skip
         try:
             if body.stream:
-                return await self._stream(request, r, body, chat, n, drop=failure == "drop")
-            await r.sink.done
-            if r.state != FINISHED:
+                return await self._stream(request, rs, rid, body, chat, n, drop=failure == "drop")
+            await asyncio.gather(*(r.sink.done for r in rs))
+            if any(r.state != FINISHED for r in rs):
                 return _error(503, "The engine stopped before the request finished.")
-            return _json(200, self._full_response(r, body, chat, n))
+            return _json(200, self._full_response(rs, rid, body, chat, n))
         finally:
-            if r.state != FINISHED:
-                eng.abort(r)  # the client went away (or the server stops): free its blocks
+            for r in rs:
+                if r.state != FINISHED:
+                    eng.abort(r)  # the client went away (or the server stops): free its blocks
 
-    def _usage(self, r: EngineRequest) -> dict[str, Any]:
+    def submit(
+        self, rid: str, prompt: Prompt, max_tokens: int, stream: bool, sink: _Sink | None = None, **options: Any
+    ) -> EngineRequest:
+        """Hand a request to the engine loop; its sink (`r.sink`, its own by default) reports
+        progress. Every API the pod serves generates through here (`options`: the engine
+        request's own)."""
+        r = self.engine.new_request(rid, prompt, max_tokens, self._now(), **options)
+        r.sink = sink or _Sink(stream)
+        self.engine.add(r)
+        self._wake.set()
+        return r
+
+    def _usage(self, rs: list[EngineRequest], n: int) -> dict[str, Any]:
+        """A batch's usage as vLLM counts it: each prompt once (the first of its `n` choices)."""
+        prompt = sum(r.prompt_tokens for r in rs[::n])
+        output = sum(r.num_output for r in rs)
         return {
-            "prompt_tokens": r.prompt_tokens,
-            "total_tokens": r.prompt_tokens + r.num_output,
-            "completion_tokens": r.num_output,
-            "prompt_tokens_details": {"cached_tokens": max(0, r.num_cached_tokens)},
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + output,
+            "completion_tokens": output,
+            "prompt_tokens_details": {"cached_tokens": sum(max(0, r.num_cached_tokens) for r in rs[::n])},
         }
 
     def _kv_params(self, r: EngineRequest) -> dict[str, Any] | None:
@@ -340,69 +376,84 @@ class SimPod:
             "tp_size": 1,
         }
 
-    def _full_response(self, r: EngineRequest, body: CompletionBody | ChatBody, chat: bool, n: int) -> dict[str, Any]:
-        text = fake_tokens(n, 0, r.num_output)
+    def _full_response(
+        self, rs: list[EngineRequest], rid: str, body: CompletionBody | ChatBody, chat: bool, n: int
+    ) -> dict[str, Any]:
         created = int(time.time())
-        choice: dict[str, Any]
-        if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
-                      "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None}  # fmt: skip
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": r.finish_reason,
-                      "stop_reason": None, "prompt_logprobs": None}  # fmt: skip
-            obj = "text_completion"
-        return {"id": r.request_id, "object": obj, "created": created, "model": body.model, "choices": [choice],
-                "usage": self._usage(r), "kv_transfer_params": self._kv_params(r)}  # fmt: skip
+        choices: list[dict[str, Any]] = []
+        for index, r in enumerate(rs):
+            text = fake_tokens(n + index, 0, r.num_output)
+            if chat:
+                choices.append({"index": index, "message": {"role": "assistant", "content": text, "tool_calls": []},
+                                "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None})  # fmt: skip
+            else:
+                choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": r.finish_reason,
+                                "stop_reason": None, "prompt_logprobs": None})  # fmt: skip
+        obj = "chat.completion" if chat else "text_completion"
+        return {"id": rid, "object": obj, "created": created, "model": body.model, "choices": choices,
+                "usage": self._usage(rs, body.n), "kv_transfer_params": self._kv_params(rs[0])}  # fmt: skip
 
     async def _stream(
-        self, request: web.Request, r: EngineRequest, body: CompletionBody | ChatBody, chat: bool, n: int, drop: bool
+        self,
+        request: web.Request,
+        rs: list[EngineRequest],
+        rid: str,
+        body: CompletionBody | ChatBody,
+        chat: bool,
+        n: int,
+        drop: bool,
     ) -> web.StreamResponse:
+        """Every choice's tokens as they come (a chunk names its choice's index), then the
+        usage of them all (with `stream_options.include_usage`) and [DONE]."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
 
         def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-            payload = {"id": r.request_id, "object": obj, "created": created, "model": body.model,
+            payload = {"id": rid, "object": obj, "created": created, "model": body.model,
                        "choices": choices, **extra}  # fmt: skip
             return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
-        role_sent = not chat  # vLLM sends the chat role chunk with the first output, after prefill
-        queue = r.sink.queue
-        sent = 0
-        drop_at = max(1, r.output_len // 2)
-        while True:
-            upto = await queue.get()
+        role_sent = [not chat] * len(rs)  # vLLM sends a chat role chunk with the first output, after prefill
+        queue = rs[0].sink.queue
+        sent = [0] * len(rs)
+        running = len(rs)
+        drop_at = max(1, rs[0].output_len // 2)
+        while running:
+            index, upto = await queue.get()
             if upto is None:
-                break
-            if upto <= sent:
+                running -= 1
                 continue
-            text = fake_tokens(n, sent, upto)
-            sent = upto
-            if not role_sent:
-                role_sent = True
-                await resp.write(chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
+            if upto <= sent[index]:
+                continue
+            r = rs[index]
+            text = fake_tokens(n + index, sent[index], upto)
+            sent[index] = upto
+            if not role_sent[index]:
+                role_sent[index] = True
+                await resp.write(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
                                          "logprobs": None, "finish_reason": None}]))  # fmt: skip
-            last = r.state == FINISHED and sent >= r.num_output
+            last = r.state == FINISHED and upto >= r.num_output
             reason = r.finish_reason if last else None
             if chat:
-                choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}
+                choice = {"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}
             else:
-                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None}
+                choice = {"index": index, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None}
             await resp.write(chunk([choice]))
-            if drop and sent >= drop_at and not last:
-                self.engine.abort(r)
+            if drop and index == 0 and upto >= drop_at and not last:
+                for other in rs:
+                    self.engine.abort(other)
                 if request.transport is not None:
                     request.transport.close()
                 return resp
-        if r.state != FINISHED:
+        if any(r.state != FINISHED for r in rs):
             return resp
         extra: dict[str, Any] = {}
-        if r.remote_decode:
-            extra["kv_transfer_params"] = self._kv_params(r)
+        if rs[0].remote_decode:
+            extra["kv_transfer_params"] = self._kv_params(rs[0])
         if body.include_usage:
-            extra["usage"] = self._usage(r)
+            extra["usage"] = self._usage(rs, body.n)
         if extra:
             await resp.write(chunk([], **extra))
         await resp.write(b"data: [DONE]\n\n")

@@ -26,7 +26,7 @@ class _Body(BaseModel):
     kv_transfer_params: dict[str, Any] | None = None
     temperature: float | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
-    n: int = Field(1, ge=1, le=1, description="the simulator answers one choice")
+    n: int = Field(1, ge=1, le=128, description="choices per prompt")
     seed: int | None = None
     priority: int = 0
 
@@ -36,7 +36,7 @@ class _Body(BaseModel):
 
 
 class CompletionBody(_Body):
-    prompt: str | list[int] | list[str]
+    prompt: str | list[int] | list[str] | list[list[int]] = Field(min_length=1)
 
 
 class ChatMessage(BaseModel):

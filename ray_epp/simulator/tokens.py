@@ -13,6 +13,7 @@ distinct chunks have distinct ids), any other chunk's is 2**32 + its CRC-32.
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 from collections.abc import Sequence
@@ -65,6 +66,14 @@ def _content_text(content: Any) -> str:
         if isinstance(part, dict) and part.get("type", "text") == "text":
             parts.append(str(part.get("text", "")))
     return "".join(parts)
+
+
+def parts_text(content: Any) -> str:
+    """Content as the model reads it in the Responses and Anthropic APIs: a string, or its parts'
+    texts with other parts (tool calls, tool results, images) as their JSON."""
+    if isinstance(content, list):
+        return "".join(str(p["text"]) if isinstance(p, dict) and "text" in p else json.dumps(p) for p in content)
+    return "" if content is None else str(content)
 
 
 def message_parts(messages: Sequence[Any]) -> list[tuple[str, str]]:

@@ -21,8 +21,8 @@ def parse(raw: bytes, headers: dict | None = None, path: str = "/v1/completions"
     return parse_request(raw, headers or {}, path, GatewaySettings(**settings), None)
 
 
-def nested(depth: int) -> bytes:
-    return b'{"model": "m", "prompt": ' + b"[" * depth + b"]" * depth + b"}"
+def nested(depth: int, field: str = "prompt") -> bytes:
+    return b'{"model": "m", "' + field.encode() + b'": ' + b"[" * depth + b"]" * depth + b"}"
 
 
 @pytest.mark.parametrize("depth", [64, 700, 990, 100_000])
@@ -34,7 +34,8 @@ def test_deep_json_is_a_400_in_openai_shape(depth):
 
 
 def test_json_at_the_limit_parses_and_pickles():
-    parsed = parse(nested(63))  # the object itself is level 1
+    # the object itself is level 1; chat messages, as a prompt is checked to be vLLM's shape
+    parsed = parse(nested(63, "messages"), path="/v1/chat/completions")
     pickle.dumps(ProfileCall(for_scheduling(parsed.llm_request), CycleState()))
 
 

@@ -54,3 +54,20 @@ def test_the_counts_carry_the_cached_prompt_tokens_when_the_server_reports_them(
     assert usage["prompt_tokens_details"]["cached_tokens"] > 0
     without = b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2}}'
     assert usage_counts_of_body(without) == (5, 2, -1)  # not reported: -1, and no cached-token sample
+
+
+def test_responses_and_anthropic_usage_count_the_same_tokens(url):
+    body = {"model": MODEL, "input": "the Responses API names its tokens otherwise", "max_output_tokens": 4}
+    whole = httpx.post(url + "/v1/responses", json=body, timeout=30)
+    usage = whole.json()["usage"]
+    assert usage_counts_of_body(whole.content) == (
+        usage["input_tokens"],
+        4,
+        usage["input_tokens_details"]["cached_tokens"],
+    )
+    with httpx.stream("POST", url + "/v1/responses", json={**body, "stream": True}, timeout=30) as resp:
+        tail = b"".join(resp.iter_raw())[-STREAM_TAIL_BYTES:]
+    assert usage_of_stream(tail) == (usage["input_tokens"], 4)  # its response.completed event
+    message = {"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}
+    answer = httpx.post(url + "/v1/messages", json=message, timeout=30)
+    assert usage_of_body(answer.content) == (answer.json()["usage"]["input_tokens"], 3)
