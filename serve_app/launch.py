@@ -170,6 +170,9 @@ class EppDeployment:
             # gateway grows it to ~340 MiB. 10,000 keeps it near 100 MiB (bench/gcs_task_events.py).
             os.environ.setdefault("RAY_task_events_max_num_task_in_gcs", str(GCS_TASK_EVENTS_KEPT))
             ray.init(
+                # a Ray of our own: without "local", ray.init joins the last `ray start` cluster of
+                # this machine (/tmp/ray/ray_current_cluster), or fails on a dead one's leftover file
+                address="local",
                 num_cpus=os.cpu_count() or 2,
                 include_dashboard=dashboard,
                 dashboard_host="127.0.0.1",

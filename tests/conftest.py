@@ -27,6 +27,7 @@ def ray_session():
     started = False
     if not ray.is_initialized():
         ray.init(
+            address="local",  # never another `ray start` cluster of this machine (ray_current_cluster)
             num_cpus=2,
             include_dashboard=False,
             log_to_driver=False,
