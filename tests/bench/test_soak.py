@@ -25,7 +25,8 @@ def test_a_tiny_soak_reports_requests_faults_memory_and_sizes(ray_session, tmp_p
     assert report["faults"][0]["recovered_s"] is not None, "the killed pod came back into the pool"
     roles = {key.split("[")[0] for key in report["processes"]}
     assert {"driver", "ray::DatastoreActor", "ray::ProfileActor", "ray::ServeReplica:epp:Gateway"} <= roles, roles
-    assert any(k.endswith("prefix-cache-scorer.index") for k in report["sizes"]), report["sizes"]
+    # the prefix index, named by the first plugin that reaches it (the default's filter, or its scorer)
+    assert any(k.startswith("default/") and k.endswith(".index") for k in report["sizes"]), report["sizes"]
     assert report["sizes"]["metrics-hub/sources"]["max"] >= 1
     assert json.loads((tmp_path / "soak.json").read_text())["sent"] == report["sent"]
     assert (tmp_path / "soak.png").stat().st_size > 0
