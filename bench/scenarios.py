@@ -159,7 +159,9 @@ def build_scenarios() -> dict[str, Scenario]:
             pods=lambda: make_pod_configs(8),
             workload=lambda rate, seed, n: wl.agentic_workload(rate, seed, wl.AgenticSpec(num_requests=n)),
             fractions=(0.5, NEAR_SATURATION, 1.1),
-            policies=("epp-default", "epp-llmd-sticky-until-saturated", "sglang-cache-aware", "round-robin"),
+            policies=(
+                "epp-default", "epp-agentic", "epp-llmd-sticky-until-saturated", "sglang-cache-aware", "round-robin",
+            ),
             duration_s=60,
         ),
         Scenario(

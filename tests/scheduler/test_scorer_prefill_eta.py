@@ -227,12 +227,11 @@ def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(ex
     assert body(CONFIGS.parents[1] / "bench" / "configs" / experiment) == body(CONFIGS / shipped)
 
 
-def test_the_default_is_the_previous_one_with_the_fading_ledger_the_home_balance_and_the_filter():
-    """bench/configs/default-without-affinity.yaml = bench/configs/default-previous.yaml with
-    prefill-eta-scorer (floored at minWeight 0.25) in place of prefill-backlog-scorer (same weight)
-    and prefix-home-balance-scorer x2 (relative) added: nothing else moved;
-    bench/configs/default-minmax.yaml differs from it in the home balance's normalization alone; and
-    ray_epp/configs/default.yaml is it behind prefix-cache-affinity-filter (a 250 ms gate)."""
+def test_the_default_is_the_previous_one_with_the_fading_ledger_and_the_home_balance():
+    """ray_epp/configs/default.yaml = bench/configs/default-previous.yaml with prefill-eta-scorer (floored at
+    minWeight 0.25) in place of prefill-backlog-scorer (same weight) and prefix-home-balance-scorer x2
+    (relative) added: nothing else moved; bench/configs/default-minmax.yaml differs from it in the
+    home balance's normalization alone."""
 
     def body(path):
         cfg = load_config_file(path)
@@ -248,12 +247,7 @@ def test_the_default_is_the_previous_one_with_the_fading_ledger_the_home_balance
         sorted([*plugins, ("prefix-home-balance-scorer", repr({"normalize": "relative"}))]),
         sorted([*weights, ("prefix-home-balance-scorer", 2)]),
     )
-    assert body(CONFIGS.parents[1] / "bench" / "configs" / "default-without-affinity.yaml") == want
-    sticky = ("prefix-cache-affinity-filter", repr({"maxTTFTPenaltyMs": 250}))
-    assert body(CONFIGS / "default.yaml") == (
-        sorted([*want[0], sticky]),
-        sorted([*want[1], ("prefix-cache-affinity-filter", 0)]),
-    )
+    assert body(CONFIGS / "default.yaml") == want
     minmax_plugins, minmax_weights = body(CONFIGS.parents[1] / "bench" / "configs" / "default-minmax.yaml")
     relative = ("prefix-home-balance-scorer", repr({"normalize": "relative"}))
     minmax = ("prefix-home-balance-scorer", repr({"normalize": "min-max"}))

@@ -145,8 +145,14 @@ def is_openai_error(resp: httpx.Response, status: int, code: str | None = None) 
 
 
 def nested(depth: int) -> bytes:
-    """A completion body whose prompt nests `depth` lists deep."""
-    return b'{"model": "%s", "max_tokens": 1, "prompt": ' % MODEL.encode() + b"[" * depth + b"]" * depth + b"}"
+    """A completion body with a field nesting `depth` lists deep (not the prompt, whose shape the
+    gateway checks: an extra field, which it forwards as it came)."""
+    return (
+        b'{"model": "%s", "max_tokens": 1, "prompt": "hi", "extra_args": ' % MODEL.encode()
+        + b"[" * depth
+        + b"]" * depth
+        + b"}"
+    )
 
 
 def raw_exchange(port: int, head: bytes, body: bytes, read_timeout_s: float) -> tuple[float, bytes]:
