@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8460)
     ap.add_argument("--pods", type=int, default=4)
     args = ap.parse_args(argv)
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     dep = EppDeployment.start(
         LaunchSpec(sim_pods=args.pods, port=args.port, ext_proc_port=args.port + 1, settings={"pick_api": True})

@@ -26,7 +26,7 @@ from scheduler.config import build_plugins
 from scheduler.flowcontrol.controller import build_flow_controller
 from scheduler.flowcontrol.types import FlowItem
 from scheduler.interfaces import SaturationDetector
-from serve_app.flow_gate import FlowGate
+from serve_app.gateway.flow_gate import FlowGate
 
 
 class Hold(SaturationDetector):

@@ -30,8 +30,8 @@ from ray.serve._private.request_router.common import PendingRequest
 
 from bench.serve_llm_replica import request_model
 from bench.serve_llm_routing import Shape, workload
-from serve_app.llm_router import EPPRequestRouter, percentiles_ms
-from serve_app.llm_stats import METRICS_URL_KEY, engine_routing_stats
+from serve_app.llm_router.router import EPPRequestRouter, percentiles_ms
+from serve_app.llm_router.stats import METRICS_URL_KEY, engine_routing_stats
 
 DEPLOYMENT = "FakeLLM"
 

@@ -22,8 +22,8 @@ import time
 
 from actors.metrics_hub import MetricsRecorder, render
 from scheduler import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult
-from serve_app.request_metrics import MAX_FAIRNESS_LABELS, GatewayMetrics
-from serve_app.usage import usage_counts_of_body, usage_counts_of_stream
+from serve_app.gateway.request_metrics import MAX_FAIRNESS_LABELS, GatewayMetrics
+from serve_app.gateway.usage import usage_counts_of_body, usage_counts_of_stream
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 PODS = [Endpoint(f"pod-{i}", "10.0.0.1", 8000 + i) for i in range(8)]

@@ -89,7 +89,7 @@ def _view_actor_class():
         """What a gateway replica runs to follow the datastore (its `watch` long-poll), alone."""
 
         def __init__(self, datastore) -> None:
-            from serve_app.endpoint_view import EndpointView
+            from serve_app.gateway.endpoint_view import EndpointView
 
             self.view = EndpointView(datastore)
             self.view.start()
@@ -223,7 +223,7 @@ def run(
     from actors import ActorOptions, PodSpec, start_epp_actors, stop_epp_actors
     from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
     from scheduler.config.loader import read_config_file
-    from serve_app.launch import DEFAULT_CONFIG
+    from serve_app.cli.launch import DEFAULT_CONFIG
 
     configs = [PodConfig(name=f"sim-{i}") for i in range(n_pods)]
     name = f"bench-mpc-{n_pods}-{os.getpid()}"

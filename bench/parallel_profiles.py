@@ -64,7 +64,7 @@ from scheduler.loop import CYCLE_SEED_KEY
 from scheduler.plugins.filters.roles import ROLE_LABEL
 from scheduler.plugins.scorers.prefill_backlog import PrefillBacklogScorer
 from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
-from serve_app.ray_runner import RayProfileRunner
+from serve_app.gateway.ray_runner import RayProfileRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"

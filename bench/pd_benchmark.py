@@ -48,7 +48,7 @@ from ray_epp.simulator import PodConfig, SimReport, SimRequest, WorkloadSpec, ge
 from ray_epp.simulator.report import OK, percentile
 from scheduler import Scheduler, load_config
 from scheduler.config.loader import read_config_file
-from serve_app.launch import DEFAULT_CONFIG
+from serve_app.cli.launch import DEFAULT_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"
@@ -319,7 +319,7 @@ def run_e2e(quick: bool, seed: int = 0, time_scale: float = 1.0, port: int = E2E
     import psutil
     import ray
 
-    from serve_app.launch import _kill_leftovers, serve_fast_path_env
+    from serve_app.cli.launch import _kill_leftovers, serve_fast_path_env
 
     rates = list(rates or ((4.0,) if quick else (2.0, 4.0, 6.0)))
     duration = 15.0 if quick else 30.0
@@ -354,7 +354,7 @@ def _e2e_setup(setup: Setup, rates: list[float], duration: float, seed: int, sca
     from bench.e2e import _replay
     from bench.metrics import summarize
     from ray_epp.simulator import start_sim_pods_in_thread
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     out = []
     with start_sim_pods_in_thread(setup.pods(), time_scale=scale, seed=seed) as sim:

@@ -34,8 +34,8 @@ from actors.profile_actor import ProfileActor
 from actors.snapshot_delta import DeltaLog
 from bench.scheduler_decision import Workload, make_endpoints
 from scheduler import CycleState, SchedulingResult, dump_config, load_config_file
-from serve_app.launch import DEFAULT_CONFIG
-from serve_app.ray_runner import RayProfileRunner
+from serve_app.cli.launch import DEFAULT_CONFIG
+from serve_app.gateway.ray_runner import RayProfileRunner
 
 
 @ray.remote(num_cpus=0)

@@ -1,5 +1,5 @@
 """What the kernel does with a SO_REUSEPORT listener's connections when its process is SIGKILLed:
-the gateway's replicas share one port this way (serve_app/ingress.py), and a replica killed under
+the gateway's replicas share one port this way (serve_app/gateway/ingress.py), and a replica killed under
 load takes with it the connections it had accepted and those still queued on its socket. Linux
 (>= 5.14) hands the queued ones to a surviving listener when `net.ipv4.tcp_migrate_req` is 1.
 

@@ -48,7 +48,7 @@ from scheduler import (
 )
 from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, prefix_block_hashes
-from serve_app.launch import DEFAULT_CONFIG
+from serve_app.cli.launch import DEFAULT_CONFIG
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 # A 64-word made-up vocabulary: prompts look like text (spaces, varied word lengths), cost nothing to build.

@@ -7,7 +7,7 @@ import itertools
 import signal
 import threading
 
-from serve_app.launch import serve_direct_ingress_env
+from serve_app.cli.launch import serve_direct_ingress_env
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ vLLM-shaped request (dict or pydantic) and LoRA adapters load through `@serve.mu
 engine is the simulator's (ray_epp/simulator/engine.py: continuous batching, a paged KV cache with prefix
 caching, LoRA slots) running in real time behind its own vLLM-shaped HTTP server on 127.0.0.1
 (`SimPod`), as vLLM runs inside an LLMServer replica; the replica forwards each request to it and
-publishes the engine's state through `record_routing_stats` (serve_app/llm_stats.py). The pod's
+publishes the engine's state through `record_routing_stats` (serve_app/llm_router/stats.py). The pod's
 `/metrics` page is vLLM's, and its URL is in the replica's metadata (`METRICS_URL_KEY`).
 
 Answers say which replica served, the time to first token inside the replica (`ttft_s`), the time
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from ray import serve
 
 from ray_epp.simulator import DEFAULT_MODEL, PodConfig, SimPod
-from serve_app.llm_stats import METRICS_URL_KEY, EngineStatsMixin, engine_routing_stats
+from serve_app.llm_router.stats import METRICS_URL_KEY, EngineStatsMixin, engine_routing_stats
 
 MAX_LORAS = 4  # LoRA slots on the engine and adapters a replica keeps loaded (Serve's multiplex LRU)
 

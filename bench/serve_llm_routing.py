@@ -47,7 +47,7 @@ from ray.serve.config import RequestRouterConfig
 from bench import workloads as wl
 from bench.serve_llm_replica import FakeLLMServer, request_model
 from ray_epp.simulator import DEFAULT_MODEL, SimRequest
-from serve_app.llm_router import ROUTER_NAMESPACE, EPPRequestRouter, read_config, router_stats
+from serve_app.llm_router.router import ROUTER_NAMESPACE, EPPRequestRouter, read_config, router_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "bench.serve_llm_routing"  # by name, also when run as __main__ (Serve imports the classes from here)
@@ -383,7 +383,7 @@ class LoopWatch:
 
 
 def _epp_routers(deployment: str) -> list[Any]:
-    from serve_app.llm_router_stats import routers
+    from serve_app.llm_router.router_stats import routers
 
     return [r for r in routers() if r._deployment_id.name == deployment]
 
@@ -391,7 +391,7 @@ def _epp_routers(deployment: str) -> list[Any]:
 def process_state() -> dict[str, Any]:
     """What this process holds after a run: EPP routers alive (of this and earlier runs) and the
     objects the garbage collector tracks (what a full collection walks)."""
-    from serve_app.llm_router_stats import routers
+    from serve_app.llm_router.router_stats import routers
 
     gc.collect()  # after the run: count what is alive, not garbage not yet collected
     return {"epp_routers_alive": len(routers()), "gc_tracked_objects": len(gc.get_objects())}
@@ -400,7 +400,7 @@ def process_state() -> dict[str, Any]:
 def epp_debug(deployment: str, reset: bool = False) -> dict[str, Any]:
     """The EPP routers of `deployment` in this process: decisions taken before an earlier one was
     routed, and the decision-to-routed delay (then cleared with `reset`)."""
-    from serve_app.llm_router_stats import percentiles_ms, routers
+    from serve_app.llm_router.router_stats import percentiles_ms, routers
 
     epp = [r for r in routers() if r._deployment_id.name == deployment]
     out = {
@@ -471,7 +471,7 @@ async def send(handle: Any, requests: list[SimRequest]) -> tuple[list[dict[str, 
 def choose_times(deployment: str) -> tuple[str, list[float]]:
     """The class of the router that chose for `deployment` in this process and its choose_replicas
     samples, then cleared ("none" when no timed router chose)."""
-    from serve_app import llm_router
+    from serve_app.llm_router import router as llm_router
 
     epp = [r for r in llm_router._routers() if r._deployment_id.name == deployment]
     if epp and any(r.counters.choose_s for r in epp):

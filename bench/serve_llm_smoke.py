@@ -184,14 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=int(os.environ.get("EPP_TEST_PORT", "8000")))
     ap.add_argument("--address", help="an existing Ray cluster (default: start one here)")
     args = ap.parse_args(argv)
-    from serve_app.launch import serve_fast_path_env
+    from serve_app.cli.launch import serve_fast_path_env
 
     if args.fake:
         serve_fast_path_env()
     import ray
     from ray import serve
 
-    from serve_app.llm_router import recent_decisions, router_stats
+    from serve_app.llm_router.router import recent_decisions, router_stats
 
     started = time.monotonic()
     owns_ray = not ray.is_initialized()
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         serve.delete(APP)
         from actors.launcher import stop_router_profile_actors
-        from serve_app.llm_router import ROUTER_NAMESPACE, read_config
+        from serve_app.llm_router.router import ROUTER_NAMESPACE, read_config
 
         stop_router_profile_actors(read_config(args.config), namespace=ROUTER_NAMESPACE)
         if owns_ray and not args.address:

@@ -6,7 +6,7 @@ The real `DatastoreActor` holds `--pods` pods (one metrics actor for all of them
 once an hour: the pods' metrics come from this driver instead). The driver publishes `--rate`
 versions a second: each is one `report_batch` with new metrics for `--changed` pods (16: one
 metrics actor's scrape round of busy pods), the pods in turn. `--watchers` readers follow the
-datastore with the gateway's own `EndpointView` (serve_app/endpoint_view.py: a long-poll, then
+datastore with the gateway's own `EndpointView` (serve_app/gateway/endpoint_view.py: a long-poll, then
 `as_served` and a by-name map), each in its own actor, as gateway replicas and profile actors do;
 a counting handle counts the snapshots each receives. Mode "full": each answer is the whole pool
 (`watch`); "delta": only what changed since the watcher's version, pickled once per version for
@@ -72,7 +72,7 @@ class Watcher:
         self._handle: CountingHandle | None = None
 
     async def follow(self, datastore: Any, deltas: bool) -> int:
-        from serve_app.endpoint_view import EndpointView
+        from serve_app.gateway.endpoint_view import EndpointView
 
         if self._view is not None:
             await self._view.stop()

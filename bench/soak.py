@@ -1,7 +1,7 @@
 """Soak: the whole product under steady load for a long time, with a fault every few minutes, to
 show that nothing leaks and every fault costs a bounded number of requests.
 
-What runs (all on 127.0.0.1): `EppDeployment` (serve_app/launch.py) with 2 gateway replicas on one
+What runs (all on 127.0.0.1): `EppDeployment` (serve_app/cli/launch.py) with 2 gateway replicas on one
 port, in front of simulated vLLM pods, each pod in its own process (so one can be SIGKILLed and
 started again on its port). The load is open-loop (Poisson arrivals) at `--load` (default 0.7) of the
 capacity measured first (a closed loop at twice the pods' batch slots; the simulator's engine model
@@ -130,7 +130,7 @@ class Soak:
 
     def start(self) -> None:
         from actors.launcher import PodSpec
-        from serve_app.launch import EppDeployment, LaunchSpec
+        from serve_app.cli.launch import EppDeployment, LaunchSpec
 
         names = [f"soak-{i}" for i in range(self.cfg.pods)]
         for name in names:

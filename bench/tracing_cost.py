@@ -2,7 +2,7 @@
 docs/BENCHMARKS.md "Tracing: per request").
 
 CPU time (`time.process_time`) of the tracing calls one request's life makes on the gateway
-(serve_app/tracing.py: the root span from the client's headers, admission, schedule, the
+(serve_app/gateway/tracing.py: the root span from the client's headers, admission, schedule, the
 traceparent for the profile call, one profile run's span from its outcome, the pick, the
 forward with its traceparent, the first chunk, the end), at sampling ratios 0 (off: the request
 path's no-op calls), 1 % and 100 %, with the SDK's BatchSpanProcessor and an exporter that drops
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from actors.protocol import ProfileOutcome
 from scheduler import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult
-from serve_app.tracing import NO_SPANS, RequestTracing, current_spans
+from serve_app.gateway.tracing import NO_SPANS, RequestTracing, current_spans
 
 N = 20_000
 CHUNKS = 16
@@ -45,7 +45,7 @@ def tracing(ratio: float) -> RequestTracing | None:
 
 
 def one_request(t: RequestTracing | None, req: LLMRequest) -> None:
-    """The calls serve_app/gateway.py, ray_runner.py and exchange.py make for one request."""
+    """The calls serve_app/gateway/core.py, ray_runner.py and exchange.py make for one request."""
     spans = (t.begin(HEADERS, "/v1/completions") if t is not None else None) or NO_SPANS
     spans.admission(req)
     spans = current_spans() or NO_SPANS  # _schedule_and_forward's look-up

@@ -23,9 +23,9 @@ from actors.metrics_hub import get_or_create_hub
 from actors.package_check import require_package_on_every_node
 from ray_epp import __version__
 from scheduler import dump_config, load_config_file
-from serve_app.gateway import Gateway
-from serve_app.launch import DEFAULT_CONFIG
-from serve_app.settings import GatewaySettings, load_settings_file
+from serve_app.cli.launch import DEFAULT_CONFIG
+from serve_app.gateway.deployment import Gateway
+from serve_app.gateway.settings import GatewaySettings, load_settings_file
 
 
 def build_app(args: dict[str, Any]) -> Application:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 RAY_TEST_NAMESPACE = "ray-epp-tests"
-# The gateway tests' replicas serve this port (serve_app/ingress.py); Serve's proxy at +88.
+# The gateway tests' replicas serve this port (serve_app/gateway/ingress.py); Serve's proxy at +88.
 GATEWAY_TEST_PORT = int(os.environ.get("EPP_TEST_PORT", "18400"))  # several checkouts may test at once
 
 
@@ -19,7 +19,7 @@ def ray_session():
     Workers import project modules (and test-only plugins under tests/) because Ray puts the
     driver's working directory on their sys.path: run pytest from the repository root."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from serve_app.launch import serve_fast_path_env
+    from serve_app.cli.launch import serve_fast_path_env
 
     serve_fast_path_env()  # before Ray starts: Serve's processes inherit it
     import ray

@@ -8,7 +8,7 @@
   `clock`, e.g. the utilization detector's staleness check) are pointed at the simulation's
   virtual clock, so a metric is exactly as stale as the simulation made it.
 * Requests -> `LLMRequest`: id, model, OpenAI body, headers and priority (< 0 is sheddable).
-* Admission, as the gateway does it (serve_app.gateway.GatewayCore.admit) before scheduling: a
+* Admission, as the gateway does it (serve_app.gateway.core.GatewayCore.admit) before scheduling: a
   sheddable request is shed while the pool is saturated — any of the config's saturation detectors,
   plus GIE's utilization detector (queue 5, KV 0.8) if it declares none (scheduler.admission).
   A ResourceExhausted from the scheduler (e.g. the legacy filter tree dropping a sheddable request)

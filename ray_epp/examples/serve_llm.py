@@ -1,5 +1,5 @@
 """Ray Serve LLM with Ray EPP as its request router: an OpenAI app (`build_openai_app`) whose LLM
-deployment routes every request with `EPPRequestRouter` (serve_app/llm_router.py).
+deployment routes every request with `EPPRequestRouter` (serve_app/llm_router/router.py).
 
 Needs a GPU machine with `pip install "ray[llm]"` and this project installed on every node (the
 replicas import `serve_app`; docs/INSTALL.md):
@@ -28,13 +28,13 @@ from ray.serve.config import RequestRouterConfig
 MODEL_ID = "qwen-0.5b"
 MODEL_SOURCE = "Qwen/Qwen2.5-0.5B-Instruct"
 ROUTER_CLASS = "serve_app.llm_router:EPPRequestRouter"
-SERVER_CLASS = "serve_app.llm_server:EPPLLMServer"  # LLMServer + its load in record_routing_stats
+SERVER_CLASS = "serve_app.llm_router.server:EPPLLMServer"  # LLMServer + its load in record_routing_stats
 
 
 def router_config(config: str = "default", stats_period_s: float = 0.5) -> RequestRouterConfig:
     """EPPRequestRouter with an EndpointPickerConfig: a shipped config's name, YAML text, or a path
     (relative to this process's working directory), read here so that no replica needs the file."""
-    from serve_app.llm_router_config import portable_config
+    from serve_app.llm_router.router_config import portable_config
 
     return RequestRouterConfig(
         request_router_class=ROUTER_CLASS,

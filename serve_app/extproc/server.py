@@ -1,5 +1,5 @@
 """The ext_proc gRPC port: every gateway replica of a machine serves it, as they serve the HTTP port
-(serve_app/ingress.py). gRPC's server sets SO_REUSEPORT on its listening socket (`grpc.so_reuseport`,
+(serve_app/gateway/ingress.py). gRPC's server sets SO_REUSEPORT on its listening socket (`grpc.so_reuseport`,
 on by default on Linux, set here explicitly), so each replica's socket joins the port's group; the
 kernel spreads new connections (each Envoy connection carries many streams) over the live replicas,
 and a dead replica's socket leaves the group at once. The group has an owner, as the HTTP port's
@@ -16,10 +16,10 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from serve_app.extproc.service import ExternalProcessor, Health
-from serve_app.ingress import PortInUse, owned_port
+from serve_app.gateway.ingress import PortInUse, owned_port
 
 if TYPE_CHECKING:
-    from serve_app.gateway import GatewayCore
+    from serve_app.gateway.core import GatewayCore
 
 STOP_GRACE_S = 5.0  # streams under way get this long to finish when a replica stops
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # Envoy's chunks are 64 KiB at most; headers and metadata are small

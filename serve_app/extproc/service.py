@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from serve_app.extproc.stream import PickerStream
 
 if TYPE_CHECKING:
-    from serve_app.gateway import GatewayCore
+    from serve_app.gateway.core import GatewayCore
 
 log = logging.getLogger("ray_epp.extproc")
 

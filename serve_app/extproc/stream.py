@@ -29,14 +29,14 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from scheduler import ErrorCode, LLMRequest, SchedulingResult
 from scheduler.types import Endpoint
-from serve_app.errors import GatewayError
-from serve_app.exchange import Exchange
 from serve_app.extproc import protocol as proto
-from serve_app.parsing import ROUTING_HEADERS, ParsedRequest, parse_request
-from serve_app.side_routes import DESTINATION_HEADER, PICK_PATHS
+from serve_app.gateway.errors import GatewayError
+from serve_app.gateway.exchange import Exchange
+from serve_app.gateway.parsing import ROUTING_HEADERS, ParsedRequest, parse_request
+from serve_app.gateway.side_routes import DESTINATION_HEADER, PICK_PATHS
 
 if TYPE_CHECKING:
-    from serve_app.gateway import GatewayCore
+    from serve_app.gateway.core import GatewayCore
 
 log = logging.getLogger("ray_epp.extproc")
 

@@ -13,7 +13,7 @@ from bench.runner import RateSpec, calibrate, run_sweep
 from bench.scenarios import SCENARIOS, Scenario
 from bench.workloads import random_prompt_workload, uniform_spec
 from ray_epp.simulator import make_pod_configs
-from serve_app.cli import main as epp_main
+from serve_app.cli.commands import main as epp_main
 
 
 def tiny_scenario(**kw) -> Scenario:

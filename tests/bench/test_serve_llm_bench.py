@@ -58,10 +58,10 @@ def test_routing_benchmark_tiny_run(ray_session):
     assert all(r.choose_p50_ms is not None and r.choose_p50_ms > 0 for r in results), results
     # A deleted run's router holds nothing into the next runs: Serve's cached handle is dropped
     # (bench), and a router that Serve still keeps (a handle's long-poll client can) let go of its
-    # mirror when its replicas went (serve_app/llm_router.py, `_detach`).
+    # mirror when its replicas went (serve_app/llm_router/router.py, `_detach`).
     import gc
 
-    from serve_app.llm_router_stats import routers
+    from serve_app.llm_router.router_stats import routers
 
     gc.collect()
     for r in routers():

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-from serve_app.up import add_up_arguments
+from serve_app.cli.up import add_up_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 

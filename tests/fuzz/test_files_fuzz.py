@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from actors.launcher import PodsFileError, load_pods_file, parse_pods
-from serve_app.settings import GatewaySettings, load_settings_file
+from serve_app.gateway.settings import GatewaySettings, load_settings_file
 from tests.fuzz.strategies import DEEP, FUZZ, PODS_DOCUMENTS, SETTINGS_DOCUMENTS, dumps, nested
 
 pytestmark = pytest.mark.timeout(120)

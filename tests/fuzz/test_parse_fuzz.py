@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serve_app.errors import GatewayError
-from serve_app.parsing import PRIORITY_HEADER, ROUTING_HEADERS, parse_request
-from serve_app.settings import GatewaySettings
+from serve_app.gateway.errors import GatewayError
+from serve_app.gateway.parsing import PRIORITY_HEADER, ROUTING_HEADERS, parse_request
+from serve_app.gateway.settings import GatewaySettings
 from tests.fuzz.strategies import FUZZ, MODEL, RAW_BODIES
 
 pytestmark = pytest.mark.timeout(120)

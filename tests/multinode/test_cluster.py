@@ -151,12 +151,12 @@ def placed_on(node_id: str) -> bool:
 def cluster():
     from ray.cluster_utils import Cluster
 
-    from serve_app.launch import serve_fast_path_env
+    from serve_app.cli.launch import serve_fast_path_env
 
     if ray.is_initialized():
         ray.shutdown()  # the session Ray (tests/conftest.py): this module runs last
     serve_fast_path_env()
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep 127.0.0.1 (serve_app/launch.py)
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep 127.0.0.1 (serve_app/cli/launch.py)
     ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # this process read it when it imported ray
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_agent_register_timeout_ms"] = "180000"  # noqa: SIM112 (Ray's own spelling)
@@ -226,7 +226,7 @@ def options(name: str, **extra) -> dict:
 def epp(cluster, sim):
     from ray import serve
 
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     c, ids, _ = cluster
     serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": PORT + 88})
@@ -276,14 +276,14 @@ def test_actors_run_on_their_nodes(cluster, epp):
 
 @ray.remote(num_cpus=0)
 class LinkProbe:
-    """A gateway's link to a profile actor (serve_app/ray_runner.ActorLink), run on a chosen node."""
+    """A gateway's link to a profile actor (serve_app/gateway/ray_runner.ActorLink), run on a chosen node."""
 
     async def run(self, profile) -> dict:
         import asyncio
 
         from actors.protocol import ProfileCall
         from scheduler import CycleState, LLMRequest
-        from serve_app.ray_runner import ActorLink
+        from serve_app.gateway.ray_runner import ActorLink
 
         link = ActorLink(profile)
         names = []
@@ -320,7 +320,7 @@ def test_the_cross_node_path_is_ray_calls_and_works(cluster, epp):
 def test_metrics_actor_scope_pod_puts_one_actor_per_pod_on_its_node(cluster, sim):
     from actors.launcher import start_epp_actors, stop_epp_actors
     from scheduler import load_config_file
-    from serve_app.launch import DEFAULT_CONFIG
+    from serve_app.cli.launch import DEFAULT_CONFIG
 
     _, ids, _ = cluster
     actors = start_epp_actors(

@@ -118,7 +118,7 @@ def test_examples_are_copied_out(installed, tmp_path):
 def test_the_serve_llm_router_builds_with_its_default_config(installed):
     code = (
         "from ray.serve._private.common import DeploymentHandleSource, DeploymentID\n"
-        "from serve_app.llm_router import EPPRequestRouter\n"
+        "from serve_app.llm_router.router import EPPRequestRouter\n"
         "r = EPPRequestRouter(deployment_id=DeploymentID(name='d', app_name='a'),"
         " handle_source=DeploymentHandleSource.UNKNOWN)\n"
         "r.initialize_state()\n"

@@ -24,14 +24,14 @@ OTHER = [
     "soft-reflective-ceiling-epp-config.yaml",
     "sim-program-aware-config.yaml",
 ]
-# tests/scheduler/test_precise_prefix_producer.py and test_token_producer.py
+# tests/scheduler/plugins/producers/test_precise_prefix_producer.py and test_token_producer.py
 PRECISE = [
     "sim-epp-no-hit-lru.yaml",
     "sim-epp-kvcache-config.yaml",
     "sim-epp-tokenizer-vllm-http-config.yaml",
     "epp-precise-prefix-cache-config.yaml",
 ]
-BURST = ["epp-burst-prefix-cache-config.yaml"]  # tests/scheduler/test_burst_prefix_producer.py
+BURST = ["epp-burst-prefix-cache-config.yaml"]  # tests/scheduler/plugins/producers/test_burst_prefix_producer.py
 LONG = "the same long system prompt, repeated so it spans many cache blocks. " * 80
 
 

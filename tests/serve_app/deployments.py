@@ -22,7 +22,7 @@ def pod_specs(sim) -> list:
 def start_deployment(sim, config: str = "default", **spec: Any):
     """A started EppDeployment; `config` is a path or an EndpointPickerConfig's YAML text, and
     `spec` any other LaunchSpec field (settings, replicas, port: the test port by default)."""
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     if "\n" in config:  # YAML text: LaunchSpec reads a file
         path = Path(tempfile.mkdtemp(prefix="epp-test-config-")) / "config.yaml"

@@ -14,8 +14,8 @@ import yaml
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from serve_app import cli
-from serve_app.admin import AdminApi, admin_router
+from serve_app.admin.api import AdminApi, admin_router
+from serve_app.cli import commands as cli
 from tests.conftest import GATEWAY_TEST_PORT
 
 pytestmark = pytest.mark.ray
@@ -54,7 +54,7 @@ def pods_file(tmp_path_factory, sim):
 
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim, pods_file):
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     spec = LaunchSpec(
         config_path="default",

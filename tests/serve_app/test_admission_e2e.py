@@ -37,7 +37,7 @@ def sim():
 @pytest.fixture(scope="module")
 def client(ray_session, sim, tmp_path_factory):
     from actors.launcher import PodSpec
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     path = tmp_path_factory.mktemp("admission") / "config.yaml"
     path.write_text(CONFIG)

@@ -130,7 +130,7 @@ def test_embeddings_through_the_gateway_with_the_sdk(oai):
 
 
 def test_every_load_routed_api_is_served(client):
-    from serve_app.api_views import LOAD_VIEWS
+    from serve_app.gateway.api_views import LOAD_VIEWS
 
     assert set(LOAD_BODIES) == set(LOAD_VIEWS)
     for path, body in LOAD_BODIES.items():

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from serve_app.batcher import ActorBatcher
+from serve_app.gateway.batcher import ActorBatcher
 
 
 class FakeActor:
@@ -110,7 +110,7 @@ async def test_an_unsendable_batch_keeps_the_profile_actor_channel():
     """A batch that can not be pickled is the batch's fault: the link keeps its same-node channel
     (it used to drop it and fall back to Ray calls for every request)."""
     from actors.channel import ChannelClient, ChannelServer, Unsendable
-    from serve_app.ray_runner import ActorLink
+    from serve_app.gateway.ray_runner import ActorLink
 
     async def answer(items):
         return [x * 10 for x in items]
@@ -139,7 +139,7 @@ async def test_a_batch_does_not_overtake_an_earlier_one_when_the_channel_comes_u
     the next batch (a decision, say) could otherwise reach the actor before the events sent ahead
     of it. Once no Ray call is left, the channel serves."""
     from actors.channel import ChannelClient, ChannelServer
-    from serve_app.ray_runner import ActorLink
+    from serve_app.gateway.ray_runner import ActorLink
 
     order: list[tuple[str, list]] = []
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.cli import SUBCOMMANDS, main
-from serve_app.launch import DEFAULT_CONFIG
+from serve_app.cli.commands import SUBCOMMANDS, main
+from serve_app.cli.launch import DEFAULT_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +20,7 @@ def epp(*args: str, block: str | None = None) -> subprocess.CompletedProcess[str
     code = "import sys\n"
     if block:
         code += f"sys.modules[{block!r}] = None\n"
-    code += f"from serve_app.cli import main\nsys.exit(main({list(args)!r}))\n"
+    code += f"from serve_app.cli.commands import main\nsys.exit(main({list(args)!r}))\n"
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
@@ -38,7 +38,7 @@ def test_help_lists_every_command(capsys):
     [
         ("sim", ["--pods", "1"], "aiohttp"),  # a dependency of the simulator's HTTP server
         ("bench", ["list"], "bench.cli"),  # the command's own module
-        ("up", ["--exit-after", "0"], "serve_app.launch"),
+        ("up", ["--exit-after", "0"], "serve_app.cli.launch"),
     ],
 )
 def test_a_command_that_cannot_be_imported_names_itself_and_the_missing_module(command, args, blocked):
@@ -56,9 +56,9 @@ def test_the_other_commands_still_run_when_one_cannot_be_imported():
 
 def test_pick_and_validate_do_not_import_the_other_commands():
     code = (
-        "import sys\nfrom serve_app.cli import main\n"
+        "import sys\nfrom serve_app.cli.commands import main\n"
         f"main(['validate', {DEFAULT_CONFIG!r}])\n"
-        "lazy = ('ray', 'ray_epp.simulator.cli', 'bench.cli', 'serve_app.up')\n"
+        "lazy = ('ray', 'ray_epp.simulator.cli', 'bench.cli', 'serve_app.cli.up')\n"
         "print('LOADED', sorted(m for m in lazy if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.cli import main
+from serve_app.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from serve_app.cli import main
+from serve_app.cli.commands import main
 
 REFUSED_DIR = Path(__file__).parents[1] / "fixtures" / "llm-d" / "refused"
 

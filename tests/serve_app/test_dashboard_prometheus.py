@@ -104,7 +104,7 @@ def sim():
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim):
     from actors.launcher import PodSpec
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     pods = [PodSpec(**p._pod.info()) for p in sim.pods]  # with each pod's KV-event addresses
     config = Path(tempfile.mkdtemp(prefix="epp-dashboard-test-")) / "config.yaml"

@@ -36,7 +36,7 @@ def cluster_env(tmp: Path) -> dict[str, str]:
     env.update(
         RAY_TMPDIR=str(tmp),  # `auto` and the session files stay in this cluster's own directory
         RAY_AUTH_MODE="token",
-        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # keep 127.0.0.1 (serve_app/launch.py local_ray_env)
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # keep 127.0.0.1 (serve_app/cli/launch.py local_ray_env)
         RAY_USAGE_STATS_ENABLED="0",
         RAY_SERVE_ENABLE_DIRECT_INGRESS="0",
         # a raylet gives its dashboard agent this long to start (default 30 s; it takes longer on a

@@ -10,7 +10,7 @@ import pytest
 
 from actors.snapshot_delta import DeltaLog
 from scheduler import Endpoint, LLMRequest
-from serve_app.gateway import GatewayCore
+from serve_app.gateway.core import GatewayCore
 
 CONFIG = (Path(__file__).resolve().parents[2] / "ray_epp" / "configs" / "default.yaml").read_text()
 

@@ -24,8 +24,8 @@ from scheduler.flowcontrol.types import Outcome
 from scheduler.interfaces import SaturationDetector
 from scheduler.plugins.flowcontrol.fcfs import FCFSOrderingPolicy
 from scheduler.plugins.flowcontrol.global_strict import GlobalStrictFairnessPolicy
-from serve_app.errors import GatewayError
-from serve_app.flow_gate import QUEUE_DURATION, QUEUE_SIZE, FlowGate
+from serve_app.gateway.errors import GatewayError
+from serve_app.gateway.flow_gate import QUEUE_DURATION, QUEUE_SIZE, FlowGate
 
 EPS = [Endpoint(name="pod", metrics=Metrics())]
 

@@ -28,7 +28,7 @@ def sim():
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim):
     from actors.launcher import PodSpec
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
     spec = LaunchSpec(

@@ -25,7 +25,7 @@ WORKERS = 4
 def gateway(ray_session):
     from actors.launcher import PodSpec
     from ray_epp.simulator import start_sim_pods_in_thread
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     with start_sim_pods_in_thread(2, time_scale=1.0, seed=3) as sim:
         pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]

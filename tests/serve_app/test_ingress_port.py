@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from serve_app.ingress import (
+from serve_app.gateway.ingress import (
     PortInUse,
     PortOwnedElsewhere,
     SharedPortServer,
@@ -143,7 +143,7 @@ def test_a_reuseport_listener_no_deployment_claimed_is_not_joined():
 
 RACER = """
 import asyncio, sys, time
-from serve_app.ingress import PortInUse, SharedPortServer
+from serve_app.gateway.ingress import PortInUse, SharedPortServer
 async def hello(scope, receive, send):
     pass
 async def main(port, owner, at):
@@ -192,7 +192,7 @@ def test_an_idle_connection_outlasts_the_clients_pools(keep_alive_s, idle_s, kep
     """A connection idle past httpx's (the OpenAI SDK's) 5 s pool expiry still takes a request:
     the server waits longer than the client, so the client is the one that closes. The short
     keep-alive shows the test sees a server-side close."""
-    from serve_app.settings import GatewaySettings
+    from serve_app.gateway.settings import GatewaySettings
 
     async def run() -> tuple[bytes, bytes]:
         port = free_port()

@@ -1,12 +1,12 @@
 """First tokens a Serve request router infers from the replicas' published engine queues
-(serve_app/llm_first_token.py), and a local mirror's ledger releasing what they name."""
+(serve_app/llm_router/first_token.py), and a local mirror's ledger releasing what they name."""
 
 from __future__ import annotations
 
 from scheduler import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult, load_config
-from serve_app.llm_first_token import ARRIVAL_SLACK_S, FirstTokenInference
-from serve_app.llm_mirror import RouterMirror
-from serve_app.llm_stats import EngineStatsMixin, engine_routing_stats, published_queue
+from serve_app.llm_router.first_token import ARRIVAL_SLACK_S, FirstTokenInference
+from serve_app.llm_router.mirror import RouterMirror
+from serve_app.llm_router.stats import EngineStatsMixin, engine_routing_stats, published_queue
 
 BACKLOG_CONFIG = """
 apiVersion: inference.networking.x-k8s.io/v1alpha1

@@ -1,4 +1,4 @@
-"""Two routers' local mirrors (serve_app/llm_mirror.py) sharing one real profile actor: each decides
+"""Two routers' local mirrors (serve_app/llm_router/mirror.py) sharing one real profile actor: each decides
 in its own process state, and learns the other's decisions through the actor's event log."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from actors.launcher import start_router_profile_actors, stop_router_profile_actors
 from scheduler import Endpoint, LLMRequest, Metrics, build_plugins, load_config, schedule_cycles
-from serve_app.llm_mirror import RouterMirror
+from serve_app.llm_router.mirror import RouterMirror
 from tests.serve_app.test_llm_router import CONFIG
 
 NAMESPACE = "ray-epp-mirror-test"

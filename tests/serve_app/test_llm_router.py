@@ -22,7 +22,7 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 
 from bench.serve_llm_replica import FakeLLMServer
-from serve_app.llm_router import ROUTER_NAMESPACE, RouterConfigError, read_config, recent_decisions, router_stats
+from serve_app.llm_router.router import ROUTER_NAMESPACE, RouterConfigError, read_config, recent_decisions, router_stats
 from tests.conftest import GATEWAY_TEST_PORT
 
 APP = "llm-router-test"
@@ -330,7 +330,7 @@ def test_scheduler_failure_falls_back_and_is_counted(ray_session, llm_app):
 def test_replicas_that_publish_nothing_are_scraped_at_their_metrics_endpoint(ray_session, llm_app):
     """A replica with an HTTP endpoint (here its metadata's metrics URL; Serve's direct ingress gives
     one too) is read through its engine's /metrics page with the vLLM preset."""
-    from serve_app import llm_router
+    from serve_app.llm_router import router as llm_router
 
     app, blocks = "llm-router-scrape", 777
     serve.run(
@@ -380,7 +380,7 @@ def test_a_config_with_kv_events_is_refused_when_the_router_is_built(llm_app):
 def test_the_config_data_layer_drives_the_scrapers(ray_session, llm_app):
     """Replicas that publish nothing are scraped with the config's data layer: its extractor's
     mapping (the block count read from another label than the preset's) and its interval."""
-    from serve_app import llm_router
+    from serve_app.llm_router import router as llm_router
 
     app = "llm-router-data-layer"
     serve.run(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ray.serve._private.common import DeploymentHandleSource, DeploymentID
 
-from serve_app.llm_router import EPPRequestRouter, RouterConfigError
+from serve_app.llm_router.router import EPPRequestRouter, RouterConfigError
 
 TOKENS = """
 plugins:

@@ -1,4 +1,4 @@
-"""EPPRequestRouter's replica -> endpoint conversion (serve_app/llm_endpoints.py), kept per
+"""EPPRequestRouter's replica -> endpoint conversion (serve_app/llm_router/endpoints.py), kept per
 replica info: what changes in a replica's info reaches the scheduler, and what does not change is
 not read again. The real router (built as Serve builds it, deciding on its local mirror, no actors)
 over stand-ins of Serve's RunningReplica (bench/llm_router_decision.py)."""
@@ -12,7 +12,7 @@ from ray.serve._private.common import RequestMetadata
 from ray.serve._private.request_router.common import PendingRequest
 
 from bench.llm_router_decision import StandInReplica, replicas, router
-from serve_app.llm_stats import engine_routing_stats
+from serve_app.llm_router.stats import engine_routing_stats
 
 
 def test_an_unchanged_replica_info_is_converted_once_and_every_change_is_seen():

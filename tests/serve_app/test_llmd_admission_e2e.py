@@ -35,7 +35,7 @@ schedulingProfiles:
 def client(ray_session, tmp_path_factory):
     from actors.launcher import PodSpec
     from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     cluster = start_sim_pods_in_thread(make_pod_configs(1), time_scale=40.0, seed=5)
     path = tmp_path_factory.mktemp("llmd-admission") / "config.yaml"

@@ -189,7 +189,7 @@ def sim():
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim):
     from actors.launcher import PodSpec
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     # each pod's KV-event addresses, as `epp sim` lists them in the pods file
     pods = [PodSpec(**p._pod.info()) for p in sim.pods]

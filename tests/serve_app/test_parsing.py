@@ -10,9 +10,9 @@ import pytest
 
 from actors.protocol import ProfileCall, for_scheduling
 from scheduler import CycleState
-from serve_app.errors import GatewayError
-from serve_app.parsing import json_depth_over, parse_request
-from serve_app.settings import GatewaySettings
+from serve_app.gateway.errors import GatewayError
+from serve_app.gateway.parsing import json_depth_over, parse_request
+from serve_app.gateway.settings import GatewaySettings
 
 MODEL = "m"
 

@@ -18,7 +18,7 @@ from bench.parallel_profiles import plugin_state, same_tie_salt
 from scheduler import CycleState, SchedulingError, build_plugins, load_config, schedule_cycles
 from scheduler.loop import CYCLE_SEED_KEY
 from scheduler.trace import SchedulingTrace
-from serve_app.ray_runner import RayProfileRunner
+from serve_app.gateway.ray_runner import RayProfileRunner
 from tests.conftest import RAY_TEST_NAMESPACE
 from tests.scheduler.test_pd_one_round import pd_config, scheduled, stream
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from scheduler import LLMRequest
-from serve_app.shard_key import ShardKey
+from serve_app.gateway.shard_key import ShardKey
 from tests.conftest import GATEWAY_TEST_PORT
 from tests.serve_app.deployments import sim_pods, wait_until
 
@@ -64,7 +64,7 @@ def test_one_shard_is_always_shard_0_and_the_shard_is_memoised():
 
 
 def test_profiles_must_have_the_same_number_of_shards():
-    from serve_app.ray_runner import RayProfileRunner
+    from serve_app.gateway.ray_runner import RayProfileRunner
 
     with pytest.raises(ValueError, match="same number of shards"):
         RayProfileRunner({"prefill": [object(), object()], "decode": [object()]})
@@ -81,7 +81,7 @@ def sim():
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim):
     from actors.launcher import PodSpec
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
     spec = LaunchSpec(config_path="default", pods=pods, port=GATEWAY_TEST_PORT, profile_shards=SHARDS)

@@ -114,7 +114,7 @@ def fake(sim):
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim, fake):
     from actors.launcher import PodSpec
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
     pods.append(PodSpec(name="fake", address="127.0.0.1", port=fake.port, labels={}))
@@ -301,7 +301,7 @@ def test_client_chosen_labels_do_not_grow_metrics(client):
     replica sees, models the pool serves), whatever clients send."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from serve_app.request_metrics import MAX_FAIRNESS_LABELS
+    from serve_app.gateway.request_metrics import MAX_FAIRNESS_LABELS
 
     for p in range(1, 41):
         resp = client.post(

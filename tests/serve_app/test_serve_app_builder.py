@@ -19,7 +19,7 @@ def test_build_app_serves_behind_serve_run(ray_session, tmp_path):
 
     from ray_epp.simulator import start_sim_pods_in_thread
     from serve_app.app import build_app
-    from serve_app.launch import wait_for_gateway
+    from serve_app.cli.launch import wait_for_gateway
 
     with start_sim_pods_in_thread(2, time_scale=1.0) as sim:
         pods = tmp_path / "pods.json"

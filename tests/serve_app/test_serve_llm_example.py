@@ -16,9 +16,9 @@ from ray.serve.schema import ServeDeploySchema
 
 from ray_epp.examples import serve_llm
 from scheduler import EndpointPickerConfig
-from serve_app import llm_server
-from serve_app.llm_router import EPPRequestRouter, read_config
-from serve_app.llm_stats import EngineStatsMixin
+from serve_app.llm_router import server as llm_server
+from serve_app.llm_router.router import EPPRequestRouter, read_config
+from serve_app.llm_router.stats import EngineStatsMixin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def test_the_config_file_builds_the_same_app_as_the_example():
     (entry,) = app.args["llm_configs"]
     ours = serve_llm.llm_config_dict()
     assert entry["model_loading_config"] == ours["model_loading_config"]
-    assert entry["server_cls"] == ours["server_cls"] == "serve_app.llm_server:EPPLLMServer"
+    assert entry["server_cls"] == ours["server_cls"] == "serve_app.llm_router.server:EPPLLMServer"
     assert DeploymentConfig(**entry["deployment_config"]).request_router_config == DeploymentConfig(
         **ours["deployment_config"]
     ).request_router_config

@@ -41,7 +41,7 @@ IMPOSSIBLE = {"x-slo-ttft-ms": "0.001", "x-gateway-inference-objective": "batch"
 def client(ray_session, tmp_path_factory):
     from actors.launcher import PodSpec
     from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     cluster = start_sim_pods_in_thread(make_pod_configs(2), time_scale=10.0, seed=7)
     path = tmp_path_factory.mktemp("slo-e2e") / "config.yaml"

@@ -66,8 +66,8 @@ class Gateway:
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
         from scheduler import dump_config, load_config_file
-        from serve_app.gateway import GatewayCore
-        from serve_app.tracing import RequestTracing
+        from serve_app.gateway.core import GatewayCore
+        from serve_app.gateway.tracing import RequestTracing
 
         config = dump_config(load_config_file("pd"))
         self.core = GatewayCore(config, {}, deployment.actors.datastore, deployment.actors.shards, None)
@@ -231,8 +231,8 @@ def test_the_serve_gateway_sends_the_pod_the_clients_trace(deployment, sim):
 def test_tracing_off_imports_no_opentelemetry():
     code = (
         "import sys\n"
-        "from serve_app.settings import GatewaySettings\n"
-        "from serve_app.tracing import request_tracing\n"
+        "from serve_app.gateway.settings import GatewaySettings\n"
+        "from serve_app.gateway.tracing import request_tracing\n"
         "assert request_tracing(GatewaySettings()) is None\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('opentelemetry'))))\n"
     )

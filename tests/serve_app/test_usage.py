@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
-from serve_app.usage import STREAM_TAIL_BYTES, usage_counts_of_body, usage_of_body, usage_of_stream
+from serve_app.gateway.usage import STREAM_TAIL_BYTES, usage_counts_of_body, usage_of_body, usage_of_stream
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -1,0 +1,31 @@
+"""Ray EPP as a Ray Serve LLM request router (`EPPRequestRouter`): Serve keeps the data plane, Ray
+EPP picks the replica. `router.py` is the router; the rest are its rooms (replica endpoints and
+their scraped stats, the mirror of the profile actors' plugins, first-token inference, config).
+
+The public names are re-exported here: `request_router_class="serve_app.llm_router:EPPRequestRouter"`."""
+
+from serve_app.llm_router.router import (
+    EPPRequestRouter,
+    RoutedRequest,
+    RouterConfigError,
+    RouterCounters,
+    body_of,
+    percentiles_ms,
+    read_config,
+    recent_decisions,
+    request_of,
+    router_stats,
+)
+
+__all__ = [
+    "EPPRequestRouter",
+    "RoutedRequest",
+    "RouterConfigError",
+    "RouterCounters",
+    "body_of",
+    "percentiles_ms",
+    "read_config",
+    "recent_decisions",
+    "request_of",
+    "router_stats",
+]
