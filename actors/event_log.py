@@ -1,6 +1,6 @@
 """The profile actor's event log: the decisions and completions Serve request routers sent it, in
 the order it applied them, so every router can follow the others' and keep its local mirror of the
-profile (serve_app/llm_mirror.py) in step with the shared state.
+profile (serve_app/llm_router/mirror.py) in step with the shared state.
 
 A router sends its own events and asks for the others' since its cursor in one call (`page`). The
 log keeps the last `limit` events: a router that starts late, or whose cursor fell out of the window,

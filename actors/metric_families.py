@@ -99,7 +99,7 @@ def _add(*families: Family) -> None:
         _BY_NAME[fam.name] = fam
 
 
-# ---- per request, recorded by the gateway (serve_app/request_metrics.py) ---------------------------
+# ---- per request, recorded by the gateway (serve_app/gateway/request_metrics.py) ---------------------------
 _add(
     Family("llm_d_epp_request_total", COUNTER, "Requests the gateway parsed.", MODEL_FLOW, origin=LLMD),
     Family(
@@ -363,7 +363,7 @@ _add(
     ),
 )
 
-# ---- the pool and the build, computed when /metrics is read (serve_app/metrics_page.py) ---------------
+# ---- the pool and the build, computed when /metrics is read (serve_app/gateway/metrics_page.py) ---------------
 _add(
     Family("llm_d_epp_info", GAUGE, "The build: commit and version (build_ref).", ("commit", "build_ref"), origin=LLMD),
     Family(
@@ -438,7 +438,7 @@ _add(
     ),
 )
 
-# ---- flow control (serve_app/flow_gate.py; saturation and capacity when /metrics is read) -----------------
+# ---- flow control (serve_app/gateway/flow_gate.py; saturation and capacity when /metrics is read) -----------------
 _add(
     Family(
         "inference_extension_flow_control_request_queue_duration_seconds",

@@ -126,7 +126,7 @@ class ActorOptions(BaseModel):
     datastore_node_labels: dict[str, str] = Field(default_factory=dict)
     profile_node_labels: dict[str, str] = Field(default_factory=dict)
     # Each scheduling profile runs as this many actors (shards); a gateway sends a request to one
-    # shard by a key that keeps prefix affinity (serve_app/shard_key.py). Each shard has its own
+    # shard by a key that keeps prefix affinity (serve_app/gateway/shard_key.py). Each shard has its own
     # prefix index and in-flight ledgers (docs/DESIGN.md, "Profile shards"). 1: one actor per profile.
     profile_shards: int = Field(1, ge=1, le=64)
     # Modules to import in every profile actor before its config is built: custom plugins.

@@ -216,7 +216,7 @@ class ProfileActor:
         return out
 
     async def sync(self, origin: str, events: list[ProfileEvent], epoch: str | None, cursor: int) -> LogPage:
-        """A Serve request router's round trip (serve_app/llm_mirror.py): apply and log the events it
+        """A Serve request router's round trip (serve_app/llm_router/mirror.py): apply and log the events it
         sent (the decisions and completions it made on its local mirror), and return the other
         routers' events since its cursor, so its mirror follows the shared state."""
         for event in events:

@@ -42,7 +42,7 @@ class ProfileCall:
     # their routing stats); None runs on the actor's datastore snapshot.
     endpoints: list[Endpoint] | None = None
     # The W3C traceparent of the gateway's scheduling span, when the request is traced
-    # (serve_app/tracing.py): the actor answers with its run's span under it (ProfileOutcome.span).
+    # (serve_app/gateway/tracing.py): the actor answers with its run's span under it (ProfileOutcome.span).
     traceparent: str | None = None
 
 

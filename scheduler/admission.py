@@ -1,6 +1,6 @@
 """Admission: which saturation detectors decide whether a sheddable request is shed, and the test.
 
-The gateway (serve_app.gateway.GatewayCore.admit) and the cluster-simulation router
+The gateway (serve_app.gateway.core.GatewayCore.admit) and the cluster-simulation router
 (bench.policies.epp) both ask here, so the benchmark measures the admission users get.
 
 The detectors are every `SaturationDetector` the config declares, plus GIE's utilization detector
