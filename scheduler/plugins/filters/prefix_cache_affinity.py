@@ -7,6 +7,13 @@ by more than `maxTTFTPenaltyMs`; then every endpoint stays and the scorers after
 * An endpoint is sticky when its prefix-cache match (matched blocks / the prompt's blocks) is at
   least `affinityThreshold` (0.8). No sticky endpoint, one candidate, or a threshold of 0: all stay.
 * With probability `explorationProbability` (0) the gate is skipped, seeding caches elsewhere.
+* Ray EPP's addition, not llm-d's: `saturationConditions` (utilization-filter's conditions on
+  scraped metrics: `waiting-queue`, `running-requests`, `kv-cache-utilization`). A sticky endpoint
+  over any of them is not sticky. The gate below sees only the tokens this router sent; a pod
+  overloaded by traffic it does not see (other gateways, direct clients, a slow engine) shows only
+  in its scraped queue and KV use, and must not keep its sticky requests. None by default (llm-d's
+  behaviour; llm-d's configs put a `utilization-filter` in front instead, which drops such a pod
+  from every choice, where this only ends its claim on the request).
 * The load gate compares the lowest TTFT among the sticky endpoints with the lowest among the rest:
   with `ttftSource: prefillThroughput` (the default) an endpoint's TTFT is its in-flight tokens /
   `peakPrefillThroughput` (15,928 tokens/s, llm-d's H100 calibration) in ms, the tokens counted as
@@ -43,6 +50,7 @@ from scheduler.interfaces import (
     ResponseFirstToken,
     TentativePreRequest,
 )
+from scheduler.plugins.filters.utilization_filter import Condition, within
 from scheduler.plugins.producers.inflight_load import inflight_load_for
 from scheduler.plugins.producers.predicted_latency import PredictedLatencyProducer
 from scheduler.plugins.scorers.no_hit_lru import find_prefix_producer
@@ -53,8 +61,9 @@ from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 DEFAULT_PEAK_PREFILL_THROUGHPUT = 15928.0  # tokens/s: llm-d's calibration (Qwen 32B, 2x H100, TP=2, vLLM 0.19)
 
 # What a filter run decided, counted per outcome (llm-d's decisions_total outcomes).
-OUTCOMES = ("not_applicable", "exploration", "no_match", "missing_signal", "load_override", "sticky")
-NOT_APPLICABLE, EXPLORATION, NO_MATCH, MISSING_SIGNAL, LOAD_OVERRIDE, STICKY = OUTCOMES
+# "saturated": endpoints held the prompt, but every one was over a saturation condition.
+OUTCOMES = ("not_applicable", "exploration", "no_match", "saturated", "missing_signal", "load_override", "sticky")
+NOT_APPLICABLE, EXPLORATION, NO_MATCH, SATURATED, MISSING_SIGNAL, LOAD_OVERRIDE, STICKY = OUTCOMES
 
 
 class PrefixCacheAffinityParameters(Parameters):
@@ -73,6 +82,18 @@ class PrefixCacheAffinityParameters(Parameters):
     prefix_match_info_producer_name: str = Field(default="", alias="prefixMatchInfoProducerName")
     latency_prediction_info_producer_name: str = Field(default="", alias="latencyPredictionInfoProducerName")
     in_flight_load_producer_name: str = Field(default="", alias="inFlightLoadProducerName")
+    saturation_conditions: list[Condition] = Field(default_factory=list, alias="saturationConditions")
+
+    @field_validator("saturation_conditions")
+    @classmethod
+    def _scraped_only(cls, conditions: list[Condition]) -> list[Condition]:
+        for c in conditions:
+            if c.metric == "active-requests":
+                raise ValueError(
+                    "saturationConditions read scraped metrics (waiting-queue, running-requests, "
+                    "kv-cache-utilization); the router's own in-flight load is the maxTTFTPenaltyMs gate's"
+                )
+        return conditions
 
     @field_validator("prefill_calibration_file")
     @classmethod
@@ -126,6 +147,11 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
             (sticky if score >= p.affinity_threshold else rest).append(ep)
         if not sticky:
             return self._decided(NO_MATCH, endpoints)
+        if p.saturation_conditions:
+            rest += [ep for ep in sticky if not within(ep, p.saturation_conditions, {})]
+            sticky = [ep for ep in sticky if within(ep, p.saturation_conditions, {})]
+            if not sticky:
+                return self._decided(SATURATED, endpoints)
         if p.max_ttft_penalty_ms > 0 and rest:
             ttft = self._ttft_ms(cycle_state, request, endpoints)
             best_sticky = min((ttft[ep.name] for ep in sticky if ep.name in ttft), default=None)

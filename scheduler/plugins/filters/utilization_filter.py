@@ -62,20 +62,22 @@ class UtilizationFilter(InFlightLoadHooks, Filter):
 
     def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
         active = self.load.requests()
-        kept = [
-            ep
-            for ep in endpoints
-            if all(self._value(ep, c.metric, active) <= c.max_value for c in self.params.conditions)
-        ]
+        kept = [ep for ep in endpoints if within(ep, self.params.conditions, active)]
         return endpoints if not kept and self.params.fallback_on_empty else kept
 
-    @staticmethod
-    def _value(ep: Endpoint, metric: str, active: dict[str, int]) -> float:
-        m = ep.metrics
-        if metric == "active-requests":
-            return active.get(ep.name, 0)
-        if metric == "running-requests":
-            return m.running_requests_size
-        if metric == "waiting-queue":
-            return m.waiting_queue_size
-        return m.kv_cache_usage_percent
+
+def within(ep: Endpoint, conditions: list[Condition], active: dict[str, int]) -> bool:
+    """Whether every condition's metric is at or below its maxValue on `ep` (`active`: requests in
+    flight per endpoint name, read by `active-requests` only)."""
+    return all(metric_value(ep, c.metric, active) <= c.max_value for c in conditions)
+
+
+def metric_value(ep: Endpoint, metric: str, active: dict[str, int]) -> float:
+    m = ep.metrics
+    if metric == "active-requests":
+        return active.get(ep.name, 0)
+    if metric == "running-requests":
+        return m.running_requests_size
+    if metric == "waiting-queue":
+        return m.waiting_queue_size
+    return m.kv_cache_usage_percent

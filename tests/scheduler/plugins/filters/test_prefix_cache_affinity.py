@@ -86,6 +86,39 @@ def test_the_filter(params, in_flight_on_a, prompt, expected, outcome):
     assert kept(sched, prompt, ["a", "b", "c"]) == (expected, outcome)
 
 
+ESCAPE = {"saturationConditions": [{"metric": "waiting-queue", "maxValue": 5},
+                                    {"metric": "kv-cache-utilization", "maxValue": 0.8}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("scraped", "warm_on", "expected", "outcome"),
+    [
+        # the only holder's scraped queue is over 5: not sticky, every endpoint stays
+        ({"a": {"waiting_queue_size": 6}}, ["a"], ["a", "b", "c"], "saturated"),
+        # its KV use is over 0.8: the same
+        ({"a": {"kv_cache_usage_percent": 0.97}}, ["a"], ["a", "b", "c"], "saturated"),
+        # at the line (queue 5, KV 0.8) it keeps its claim
+        ({"a": {"waiting_queue_size": 5, "kv_cache_usage_percent": 0.8}}, ["a"], ["a"], "sticky"),
+        # two holders, one saturated: the other alone is sticky
+        ({"a": {"waiting_queue_size": 50}}, ["a", "b"], ["b"], "sticky"),
+        # a saturated endpoint that does not hold the prompt changes nothing
+        ({"c": {"waiting_queue_size": 50}}, ["a"], ["a"], "sticky"),
+    ],
+)
+def test_a_saturated_endpoint_is_not_sticky(scraped, warm_on, expected, outcome):
+    """The scraped escape: load this router never sent (its in-flight ledger is empty here) still
+    ends a holder's claim."""
+    sched = scheduler(**ESCAPE)
+    for pod in warm_on:
+        warm(sched, pod, request_id=f"warm-{pod}")
+    f = sched.plugins["prefix-cache-affinity-filter"]
+    before = dict(f.decisions)
+    pods = [endpoint(p, **scraped.get(p, {})) for p in ("a", "b", "c")]
+    out = f.filter(fresh_state(), request(prompt=SHARED + "Q1", request_id="q"), pods)
+    assert sorted(ep.name for ep in out) == expected
+    assert [k for k, n in f.decisions.items() if n != before[k]] == [outcome]
+
+
 def test_one_endpoint_is_not_filtered():
     sched = scheduler()
     assert kept(sched, SHARED, ["a"]) == (["a"], "not_applicable")
@@ -119,6 +152,8 @@ def test_a_cold_predictor_is_a_missing_signal_and_keeps_all():
         ({"peakPrefillThroughput": 0}, "peakPrefillThroughput must be > 0"),
         ({"affinityThreshold": 1.5}, "affinityThreshold"),
         ({"ttftSource": "magic"}, "ttftSource"),
+        ({"saturationConditions": [{"metric": "active-requests", "maxValue": 4}]}, "read scraped metrics"),
+        ({"saturationConditions": [{"metric": "kv-cache-utilization", "maxValue": 80}]}, "is a fraction"),
     ],
 )
 def test_bad_parameters_are_config_errors(params, fragment):

@@ -1,0 +1,122 @@
+"""Ray EPP's routing against today's peers, one table per workload: every policy on the same
+requests (one seeded workload per scenario, seed and rate), in the cluster simulation, over
+several seeds; per seed the ratio of each policy's TTFT p90 to a reference policy's, then the mean
+and standard error over the seeds.
+
+    python -m bench.routing_peers [--scenarios shared-prefix,cache-pressure,agentic,uniform]
+        [--policies epp-default,epp-agentic,epp-llmd-sticky-until-saturated,sglang-cache-aware,dynamo-kv]
+        [--seeds 0,1,2] [--rate 0.9] [--reference epp-default] [--json PATH]
+
+The rate is a fraction of each scenario's capacity for that seed: the capacity its calibration
+(`bench.runner.calibrate`, round-robin) measured, taken from `CALIBRATED` when the seed is there
+(the calibration is deterministic for a seed, so this skips only its minutes), else calibrated now."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench.drivers import ClusterSimDriver
+from bench.runner import calibrate
+from bench.scenarios import SCENARIOS
+
+# (scenario, seed) -> requests/s that `calibrate` measured (2026-12-07 runs of `epp bench`).
+CALIBRATED: dict[tuple[str, int], float] = {
+    **dict(zip((("cache-pressure", s) for s in range(5)), (58.64, 58.07, 57.66, 60.0, 58.34), strict=True)),
+    **dict(zip((("shared-prefix", s) for s in range(5)), (152.8, 152.03, 151.09, 152.19, 152.02), strict=True)),
+    **dict(zip((("uniform", s) for s in range(5)), (229.69, 229.47, 231.32, 229.18, 231.29), strict=True)),
+    **dict(zip((("agentic", s) for s in range(5)), (91.07, 91.89, 93.5, 91.41, 91.63), strict=True)),
+}
+FIGURES = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "output_tok_s", "prefix_hit")
+
+
+def capacity(scenario: str, seed: int, driver: ClusterSimDriver) -> float:
+    known = CALIBRATED.get((scenario, seed))
+    return known if known is not None else calibrate(SCENARIOS[scenario], driver, seed)["request_rate"]
+
+
+def run_cell(scenario: str, policies: list[str], seed: int, fraction: float) -> dict[str, dict[str, float]]:
+    """Every policy on the same requests: the figures per policy."""
+    driver = ClusterSimDriver()
+    sc = SCENARIOS[scenario]
+    rate = fraction * capacity(scenario, seed, driver)
+    workload, pods = sc.run_workload(rate, seed), sc.pods()
+    out: dict[str, dict[str, float]] = {}
+    for policy in policies:
+        m = driver.run(policy, pods, workload, seed).metrics
+        out[policy] = {
+            "ttft_p50_ms": m["ttft_ms"]["p50"],
+            "ttft_p90_ms": m["ttft_ms"]["p90"],
+            "ttft_p99_ms": m["ttft_ms"]["p99"],
+            "output_tok_s": m["output_throughput"],
+            "prefix_hit": m["prefix_hit_rate"],
+            "rate": rate,
+        }
+    return out
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return statistics.fmean(values), se
+
+
+def table(scenario: str, cells: dict[int, dict[str, dict[str, float]]], reference: str) -> str:
+    policies = list(next(iter(cells.values())))
+    lines = [
+        f"### {scenario} ({len(cells)} seeds)",
+        "",
+        f"| policy | TTFT p50 ms | p90 ms | p99 ms | output tok/s | prefix hit | p90 / {reference}'s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for policy in policies:
+        means = {f: statistics.fmean(c[policy][f] for c in cells.values()) for f in FIGURES}
+        ratio = mean_se([c[policy]["ttft_p90_ms"] / c[reference]["ttft_p90_ms"] for c in cells.values()])
+        lines.append(
+            f"| {policy} | {means['ttft_p50_ms']:.1f} | {means['ttft_p90_ms']:.1f} | {means['ttft_p99_ms']:.1f} "
+            f"| {means['output_tok_s']:,.0f} | {means['prefix_hit']:.3f} | {ratio[0]:.3f} ± {ratio[1]:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenarios", default="shared-prefix,cache-pressure,agentic,uniform")
+    ap.add_argument(
+        "--policies", default="epp-default,epp-agentic,epp-llmd-sticky-until-saturated,sglang-cache-aware"
+    )
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--rate", type=float, default=0.9, help="fraction of each scenario's capacity")
+    ap.add_argument("--reference", default="epp-default", help="the policy the ratios divide by")
+    ap.add_argument("--json", help="write every figure here (merged with what the file holds)")
+    args = ap.parse_args(argv)
+    policies = args.policies.split(",")
+    if args.reference not in policies:
+        ap.error(f"--reference {args.reference!r} is not among --policies")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    results: dict[str, Any] = {}
+    path = Path(args.json) if args.json else None
+    if path is not None and path.is_file():
+        results = json.loads(path.read_text())
+    for scenario in args.scenarios.split(","):
+        if scenario not in SCENARIOS:
+            ap.error(f"unknown scenario {scenario!r}")
+        cells = {seed: run_cell(scenario, policies, seed, args.rate) for seed in seeds}
+        key = f"{scenario}@{args.rate:.2f}"
+        stored = results.setdefault(key, {})
+        for seed, cell in cells.items():
+            for policy, figures in cell.items():
+                stored.setdefault(policy, {})[str(seed)] = figures
+        if path is not None:
+            path.write_text(json.dumps(results, indent=1, sort_keys=True))
+        print(table(scenario, cells, args.reference), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
