@@ -45,6 +45,8 @@ class TimedRouter:
         self._on_complete = getattr(inner, "on_complete", None)
         if callable(getattr(inner, "on_first_token", None)):
             self.on_first_token = inner.on_first_token
+        if callable(getattr(inner, "on_kv_events", None)):  # the simulation publishes only to a listener
+            self.on_kv_events = inner.on_kv_events
         if callable(getattr(inner, "poll", None)):
             self._poll = inner.poll
             self.poll = self._timed_poll
@@ -81,7 +83,12 @@ class ClusterSimDriver:
 
     def run(self, policy: str, pods: list[PodConfig], workload: list[SimRequest], seed: int) -> RunResult:
         router = TimedRouter(make_policy(policy, seed))
-        report = run_cluster_sim(pods, workload, router, scrape_interval=self.scrape_interval, seed=seed)
+        try:
+            report = run_cluster_sim(pods, workload, router, scrape_interval=self.scrape_interval, seed=seed)
+        finally:
+            close = getattr(router.inner, "close", None)
+            if callable(close):
+                close()
         shed: set[str] = getattr(router.inner, "shed", set())
         by_id = {r.request_id: r for r in workload}
         outcomes = [_outcome(r, by_id[r.request_id], shed) for r in report.results]

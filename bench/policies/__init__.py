@@ -8,6 +8,8 @@
 * `power-of-two`: Ray Serve's default router (with its multiplexed-model preference for LoRA).
 * `ray-prefix-affinity`: ray.llm's PrefixCacheAffinityRouter, defaults.
 * `sglang-cache-aware`: sglang-router's (and vllm-router's) cache_aware, defaults.
+* `dynamo-kv`: NVIDIA Dynamo's KV router, its own selection core (ai-dynamo-runtime), defaults,
+  fed the pods' KV events (bench/policies/dynamo.py).
 
 Every policy is a fresh object per run, seeded."""
 
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.policies.dynamo import DynamoKvRouter
 from bench.policies.epp import SchedulerRouter, prefill_target
 from bench.policies.ray_serve import RayPowerOfTwo, RayPrefixCacheAffinity
 from bench.policies.sglang import SGLangCacheAware
@@ -35,6 +38,7 @@ PEERS: dict[str, Callable[[int], Any]] = {
     "power-of-two": lambda seed: RayPowerOfTwo(seed),
     "ray-prefix-affinity": lambda seed: RayPrefixCacheAffinity(seed),
     "sglang-cache-aware": lambda seed: SGLangCacheAware(seed),
+    "dynamo-kv": lambda seed: DynamoKvRouter(seed),
 }
 
 
@@ -73,6 +77,7 @@ def make_policy(name: str, seed: int = 0) -> Any:
 
 __all__ = [
     "PEERS",
+    "DynamoKvRouter",
     "RayPowerOfTwo",
     "RayPrefixCacheAffinity",
     "SGLangCacheAware",
