@@ -6,7 +6,7 @@ NATS), with its defaults, against the cluster simulation's pods.
   simulated pod gets a vLLM-protocol ZMQ publisher on 127.0.0.1 (ray_epp.kvevents), registered as
   the worker's `kv_events_endpoint`, and every batch the simulation delivers is published there.
 * Per request `select_and_reserve` (the prompt's token ids): Dynamo's cost, lowest wins —
-  `prefill_load_scale · max(active_prefill_blocks + prompt_blocks − overlap_credit, 0) +
+  `prefill_load_scale · max(active_prefill_blocks + prompt_blocks - overlap_credit, 0) +
   potential_decode_blocks`, overlap credit 1.0 a device block, 0.75 host, 0.25 disk, temperature 0
   (all its defaults; `temperature` may be set). Its active-sequence tracker books the request's
   prefill tokens and blocks on the chosen worker at once; `prefill_complete` at the first token

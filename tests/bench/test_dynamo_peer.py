@@ -17,7 +17,7 @@ from .helpers import SYSTEM, pods, req
 
 pytest.importorskip("dynamo._core", reason="pip install --no-deps ai-dynamo-runtime==1.6.1")
 
-from bench.policies.dynamo import BLOCK_SIZE, DynamoKvRouter  # noqa: E402
+from bench.policies.dynamo import BLOCK_SIZE, DynamoKvRouter
 
 
 def stored(prompt: str, first_hash: int) -> KVEventBatch:
@@ -39,7 +39,8 @@ def test_a_prompt_goes_where_the_events_say_its_prefix_is(holder):
         first = req("r1", SYSTEM + "question one")
         assert router.route(first, pool, 0.0) == holder
         router.on_first_token(first, holder, 0.01)
-        router.on_complete(first, holder, RequestResult(request_id="r1", model="m", status="ok", arrival=0.0, pod=holder))
+        done = RequestResult(request_id="r1", model="m", status="ok", arrival=0.0, pod=holder)
+        router.on_complete(first, holder, done)
         assert router.reserved == set()
     finally:
         router.close()
