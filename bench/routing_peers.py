@@ -76,7 +76,8 @@ def table(scenario: str, cells: dict[int, dict[str, dict[str, float]]], referenc
     ]
     for policy in policies:
         means = {f: statistics.fmean(c[policy][f] for c in cells.values()) for f in FIGURES}
-        ratio = mean_se([c[policy]["ttft_p90_ms"] / c[reference]["ttft_p90_ms"] for c in cells.values()])
+        ratio = mean_se([c[policy]["ttft_p90_ms"] / c[reference]["ttft_p90_ms"] for c in cells.values()
+                         if reference in c])  # fmt: skip
         lines.append(
             f"| {policy} | {means['ttft_p50_ms']:.1f} | {means['ttft_p90_ms']:.1f} | {means['ttft_p99_ms']:.1f} "
             f"| {means['output_tok_s']:,.0f} | {means['prefix_hit']:.3f} | {ratio[0]:.3f} ± {ratio[1]:.3f} |"
@@ -92,12 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--rate", type=float, default=0.9, help="fraction of each scenario's capacity")
-    ap.add_argument("--reference", default="epp-default", help="the policy the ratios divide by")
+    ap.add_argument("--reference", default="epp-default", help="the policy the ratios divide by (if run)")
     ap.add_argument("--json", help="write every figure here (merged with what the file holds)")
     args = ap.parse_args(argv)
     policies = args.policies.split(",")
-    if args.reference not in policies:
-        ap.error(f"--reference {args.reference!r} is not among --policies")
     seeds = [int(s) for s in args.seeds.split(",")]
     results: dict[str, Any] = {}
     path = Path(args.json) if args.json else None

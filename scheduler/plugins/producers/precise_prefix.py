@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import parse_duration
@@ -87,7 +87,12 @@ class KVBlockIndexConfig(Parameters):
 
 
 class IndexerConfig(Parameters):
+    """llm-d-kv-cache's kvcache.Config. Its earlier shape (llm-d-kv-cache-manager) carried the
+    token processor here (`indexerConfig.tokenProcessorConfig`); such a config still loads, and
+    that block is the token processor's unless the plugin's own `tokenProcessorConfig` is given."""
+
     kv_block_index_config: KVBlockIndexConfig = Field(default_factory=KVBlockIndexConfig, alias="kvBlockIndexConfig")
+    token_processor_config: TokenProcessorConfig | None = Field(default=None, alias="tokenProcessorConfig")
 
 
 class PodDiscoveryConfig(Parameters):
@@ -126,6 +131,26 @@ class PrecisePrefixCacheParameters(Parameters):
     speculative_ttl: str = Field(default="2s", alias="speculativeTTL")
     session_manager: str = Field(default="", alias="sessionManager")
 
+    @model_validator(mode="after")
+    def _one_token_processor(self) -> PrecisePrefixCacheParameters:
+        nested = self.indexer_config.token_processor_config
+        if nested is None or "token_processor_config" not in self.model_fields_set:
+            return self
+        if nested.tokens_per_block != self.token_processor_config.tokens_per_block:
+            raise ValueError(
+                f"tokenProcessorConfig (block size {self.token_processor_config.tokens_per_block}) and "
+                f"indexerConfig.tokenProcessorConfig (block size {nested.tokens_per_block}) disagree: give one"
+            )
+        return self
+
+    @property
+    def token_processor(self) -> TokenProcessorConfig:
+        """The plugin's own tokenProcessorConfig, else the indexer config's, else the default."""
+        nested = self.indexer_config.token_processor_config
+        if nested is not None and "token_processor_config" not in self.model_fields_set:
+            return nested
+        return self.token_processor_config
+
     @field_validator("speculative_ttl")
     @classmethod
     def _duration(cls, value: str) -> str:
@@ -163,7 +188,7 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
             lru_capacity=fallback.lru_capacity_per_server,
             min_block_size_tokens=MIN_BLOCK_SIZE_TOKENS,
         )
-        self.precise = PreciseIndex(p.token_processor_config.tokens_per_block)
+        self.precise = PreciseIndex(p.token_processor.tokens_per_block)
         self.max_precise_blocks = fallback.max_prefix_tokens_to_match // self.precise.block_size
         self.port = p.kv_events_config.port
         # Per endpoint scored: by the precise index, or by the approximate one (the fallback rule).

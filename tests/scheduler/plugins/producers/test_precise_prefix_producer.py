@@ -137,6 +137,7 @@ plugins:
         ("{tokenProcessorConfig: {blockSize: 0}}", "blockSize"),
         ("{speculativeTTL: soon}", "speculativeTTL"),
         ("{tokenProcessorConfig: {hashAlgo: md5}}", "hashAlgo"),
+        ("{tokenProcessorConfig: {blockSize: 16}, indexerConfig: {tokenProcessorConfig: {blockSize: 64}}}", "disagree"),
     ],
 )
 def test_what_can_not_run_is_a_load_time_error(params, expect):
@@ -233,6 +234,15 @@ def test_llm_d_parameters_load():
     )
     producer = producer_of(Scheduler.from_config(cfg))
     assert producer.precise.block_size == 16 and producer.kv_event_port() == 5600
+
+
+def test_the_token_processor_may_sit_in_the_indexer_config_as_llm_d_kv_cache_manager_had_it():
+    """llm-d-kv-cache-manager's kvcache.Config: {prefixStoreConfig, tokenProcessorConfig,
+    kvBlockIndexConfig, tokenizersPoolConfig}; a config written for it names the block size there."""
+    nested = "{indexerConfig: {tokenProcessorConfig: {blockSize: 64, hashSeed: '12345'}, kvBlockIndexConfig: {}}}"
+    assert producer_of(Scheduler.from_config(load_config(BASE.format(params=nested)))).precise.block_size == 64
+    both = "{tokenProcessorConfig: {blockSize: 32}, indexerConfig: {tokenProcessorConfig: {blockSize: 32}}}"
+    assert producer_of(Scheduler.from_config(load_config(BASE.format(params=both)))).precise.block_size == 32
 
 
 @pytest.mark.parametrize(
