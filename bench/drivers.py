@@ -91,7 +91,7 @@ class ClusterSimDriver:
                 close()
         shed: set[str] = getattr(router.inner, "shed", set())
         by_id = {r.request_id: r for r in workload}
-        outcomes = [_outcome(r, by_id[r.request_id], shed) for r in report.results]
+        outcomes = [outcome(r, by_id[r.request_id], shed) for r in report.results]
         metrics = summarize(outcomes, report.duration)
         metrics["lora_loads"] = report.lora_loads
         metrics["preemptions"] = report.preemptions
@@ -106,7 +106,7 @@ class ClusterSimDriver:
         return RunResult(outcomes, metrics, extra)
 
 
-def _outcome(r: RequestResult, req: SimRequest, shed: set[str]) -> Outcome:
+def outcome(r: RequestResult, req: SimRequest, shed: set[str]) -> Outcome:
     status = OK if r.status == OK else SHED if r.status == DROPPED and r.request_id in shed else ERROR
     return Outcome(
         request_id=r.request_id,

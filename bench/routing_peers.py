@@ -5,7 +5,7 @@ and standard error over the seeds.
 
     python -m bench.routing_peers [--scenarios shared-prefix,cache-pressure,agentic,uniform]
         [--policies epp-default,epp-agentic,epp-llmd-sticky-until-saturated,sglang-cache-aware,dynamo-kv]
-        [--seeds 0,1,2] [--rate 0.9] [--reference epp-default] [--json PATH]
+        [--seeds 0,1,2] [--rate 0.9] [--duration S] [--reference epp-default] [--json PATH]
 
 The rate is a fraction of each scenario's capacity for that seed: the capacity its calibration
 (`bench.runner.calibrate`, round-robin) measured, taken from `CALIBRATED` when the seed is there
@@ -14,6 +14,7 @@ The rate is a fraction of each scenario's capacity for that seed: the capacity i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -22,7 +23,7 @@ from typing import Any
 
 from bench.drivers import ClusterSimDriver
 from bench.runner import calibrate
-from bench.scenarios import SCENARIOS
+from bench.scenarios import SCENARIOS, Scenario
 
 # (scenario, seed) -> requests/s that `calibrate` measured (2026-12-07 runs of `epp bench`).
 CALIBRATED: dict[tuple[str, int], float] = {
@@ -39,10 +40,18 @@ def capacity(scenario: str, seed: int, driver: ClusterSimDriver) -> float:
     return known if known is not None else calibrate(SCENARIOS[scenario], driver, seed)["request_rate"]
 
 
-def run_cell(scenario: str, policies: list[str], seed: int, fraction: float) -> dict[str, dict[str, float]]:
+def scenario_of(name: str, duration_s: float | None = None) -> Scenario:
+    """The scenario, with `duration_s` seconds of arrivals instead of its own when given."""
+    sc = SCENARIOS[name]
+    return sc if duration_s is None else dataclasses.replace(sc, duration_s=duration_s)
+
+
+def run_cell(
+    scenario: str, policies: list[str], seed: int, fraction: float, duration_s: float | None = None
+) -> dict[str, dict[str, float]]:
     """Every policy on the same requests: the figures per policy."""
     driver = ClusterSimDriver()
-    sc = SCENARIOS[scenario]
+    sc = scenario_of(scenario, duration_s)
     rate = fraction * capacity(scenario, seed, driver)
     workload, pods = sc.run_workload(rate, seed), sc.pods()
     out: dict[str, dict[str, float]] = {}
@@ -66,23 +75,48 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), se
 
 
+PEER_CONFIGS = ("epp-llmd-sticky-until-saturated",)  # configs of ours that are a peer's routing, run by us
+
+
+def is_peer(policy: str) -> bool:
+    return not policy.startswith("epp") or policy in PEER_CONFIGS
+
+
 def table(scenario: str, cells: dict[int, dict[str, dict[str, float]]], reference: str) -> str:
+    """Means over the seeds; per seed the ratio of each policy's TTFT p90 to the reference's and,
+    for ours, to the best peer's in that seed (mean ± standard error)."""
     policies = list(next(iter(cells.values())))
+    peers = [p for p in policies if is_peer(p)]
     lines = [
         f"### {scenario} ({len(cells)} seeds)",
         "",
-        f"| policy | TTFT p50 ms | p90 ms | p99 ms | output tok/s | prefix hit | p90 / {reference}'s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| policy | TTFT p50 ms | p90 ms | p99 ms | output tok/s | prefix hit | p90 / {reference}'s "
+        "| p90 / best peer's |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for policy in policies:
         means = {f: statistics.fmean(c[policy][f] for c in cells.values()) for f in FIGURES}
         ratio = mean_se([c[policy]["ttft_p90_ms"] / c[reference]["ttft_p90_ms"] for c in cells.values()
                          if reference in c])  # fmt: skip
+        best = "" if is_peer(policy) or not peers else "{:.3f} ± {:.3f}".format(*mean_se([
+            c[policy]["ttft_p90_ms"] / min(c[p]["ttft_p90_ms"] for p in peers) for c in cells.values()
+        ]))  # fmt: skip
         lines.append(
             f"| {policy} | {means['ttft_p50_ms']:.1f} | {means['ttft_p90_ms']:.1f} | {means['ttft_p99_ms']:.1f} "
-            f"| {means['output_tok_s']:,.0f} | {means['prefix_hit']:.3f} | {ratio[0]:.3f} ± {ratio[1]:.3f} |"
+            f"| {means['output_tok_s']:,.0f} | {means['prefix_hit']:.3f} | {ratio[0]:.3f} ± {ratio[1]:.3f} | {best} |"
         )
     return "\n".join(lines)
+
+
+def tables_from(results: dict[str, Any], reference: str) -> str:
+    """The tables of a JSON this module wrote (cells: the seeds every policy has)."""
+    out = []
+    for key, by_policy in sorted(results.items()):
+        seeds = set.intersection(*(set(s) for s in by_policy.values()))
+        cells = {int(seed): {p: figs[seed] for p, figs in by_policy.items()} for seed in sorted(seeds, key=int)}
+        if cells:
+            out.append(table(key, cells, reference if reference in by_policy else next(iter(by_policy))))
+    return "\n\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,8 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--rate", type=float, default=0.9, help="fraction of each scenario's capacity")
     ap.add_argument("--reference", default="epp-default", help="the policy the ratios divide by (if run)")
+    ap.add_argument("--duration", type=float, help="seconds of arrivals per run (default: the scenario's)")
     ap.add_argument("--json", help="write every figure here (merged with what the file holds)")
+    ap.add_argument("--tables", nargs="+", metavar="JSON", help="print the tables of these results and exit")
     args = ap.parse_args(argv)
+    if args.tables:
+        merged: dict[str, Any] = {}
+        for name in args.tables:
+            for key, by_policy in json.loads(Path(name).read_text()).items():
+                for policy, seeds in by_policy.items():
+                    merged.setdefault(key, {}).setdefault(policy, {}).update(seeds)
+        print(tables_from(merged, args.reference))
+        return 0
     policies = args.policies.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
     results: dict[str, Any] = {}
@@ -105,14 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     for scenario in args.scenarios.split(","):
         if scenario not in SCENARIOS:
             ap.error(f"unknown scenario {scenario!r}")
-        cells = {seed: run_cell(scenario, policies, seed, args.rate) for seed in seeds}
         key = f"{scenario}@{args.rate:.2f}"
         stored = results.setdefault(key, {})
-        for seed, cell in cells.items():
-            for policy, figures in cell.items():
+        cells = {}
+        for seed in seeds:  # written after each seed: a long sweep keeps what it finished
+            cells[seed] = run_cell(scenario, policies, seed, args.rate, args.duration)
+            for policy, figures in cells[seed].items():
                 stored.setdefault(policy, {})[str(seed)] = figures
-        if path is not None:
-            path.write_text(json.dumps(results, indent=1, sort_keys=True))
+            if path is not None:
+                path.write_text(json.dumps(results, indent=1, sort_keys=True))
         print(table(scenario, cells, args.reference), flush=True)
     return 0
 

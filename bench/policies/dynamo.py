@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 from typing import Any
 
@@ -48,6 +49,7 @@ class DynamoUnavailable(RuntimeError):
 
 
 def _selection_service() -> Any:
+    os.environ.setdefault("DYN_LOG", "warn")  # its per-decision INFO lines cost more than the decision
     try:
         from dynamo._core import SelectionService
     except ImportError as err:  # pragma: no cover - depends on the optional install

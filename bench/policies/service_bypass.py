@@ -17,9 +17,10 @@ from ray_epp.simulator import PodView, RequestResult, RouteDecision, SimRequest
 
 
 class ServiceBypass:
-    def __init__(self, router: Any, seed: int = 0) -> None:
+    def __init__(self, router: Any, seed: int = 0, pod: str | None = None) -> None:
         self.router = router
         self.service = random.Random(f"service:{seed}")
+        self.pod = pod  # every direct request to this pod (a client wired to one pod), else at random
         self.direct: set[str] = set()  # ids of the requests that bypassed the router
         # Only what the inner router has: ClusterSim turns pod events on when `on_kv_events` exists.
         for hook in ("on_kv_events", "poll", "next_poll"):
@@ -29,7 +30,7 @@ class ServiceBypass:
     def route(self, request: SimRequest, pods: list[PodView], now: float) -> RouteDecision:
         if is_direct(request):
             self.direct.add(request.request_id)
-            return self.service.choice(pods).name
+            return self.pod if self.pod is not None else self.service.choice(pods).name
         return self.router.route(request, pods, now)
 
     def on_first_token(self, request: SimRequest, pod: str, now: float) -> None:

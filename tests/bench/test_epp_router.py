@@ -152,3 +152,13 @@ def test_unknown_policies_and_configs_are_errors():
         make_policy("epp-no-such-config")
     assert isinstance(make_policy("epp:" + str(config_path("epp-lora"))), SchedulerRouter)
     assert PodView  # imported for the type
+
+
+def test_the_timed_router_passes_kv_events_through_only_to_a_listener():
+    """The simulation turns its pods' events on only for a router with `on_kv_events`: the
+    driver's timing wrapper must show the hook exactly when the policy has it."""
+    from bench.drivers import TimedRouter
+
+    precise = make_policy("epp-precise")
+    assert TimedRouter(precise).on_kv_events == precise.on_kv_events
+    assert not hasattr(TimedRouter(default_router()), "on_kv_events")
