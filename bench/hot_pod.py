@@ -10,7 +10,7 @@ gate counts only the router's own in-flight tokens keeps sending that pod the tu
 conversation it holds; the escape (`saturationConditions`) ends the claim once the scraped queue
 is over its line. Figures are over the router's requests.
 
-    python -m bench.hot_pod [--policies epp-default,epp-agentic,epp-sticky-escape,...]
+    python -m bench.hot_pod [--policies epp-default-unsticky,epp-agentic,epp-default,...]
         [--seeds 0,1,2] [--rate 0.9] [--direct-rate 20] [--duration S] [--json PATH]"""
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ def run(policy: str, requests: list[SimRequest], seed: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--policies", default="epp-default,epp-agentic,epp-sticky-escape,epp-llmd-sticky-until-saturated")
+    ap.add_argument(
+        "--policies", default="epp-default-unsticky,epp-agentic,epp-default,epp-llmd-sticky-until-saturated"
+    )
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--rate", type=float, default=0.9, help="the router's sessions, x the agentic capacity")
     ap.add_argument("--direct-rate", type=float, default=20.0, help="req/s sent straight to the hot pod")

@@ -4,7 +4,7 @@ several seeds; per seed the ratio of each policy's TTFT p90 to a reference polic
 and standard error over the seeds.
 
     python -m bench.routing_peers [--scenarios shared-prefix,cache-pressure,agentic,uniform]
-        [--policies epp-default,epp-agentic,epp-llmd-sticky-until-saturated,sglang-cache-aware,dynamo-kv]
+        [--policies epp-default,epp-default-unsticky,epp-llmd-sticky-until-saturated,sglang-cache-aware,dynamo-kv]
         [--seeds 0,1,2] [--rate 0.9] [--duration S] [--reference epp-default] [--json PATH]
 
 The rate is a fraction of each scenario's capacity for that seed: the capacity its calibration
@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", default="shared-prefix,cache-pressure,agentic,uniform")
     ap.add_argument(
-        "--policies", default="epp-default,epp-agentic,epp-llmd-sticky-until-saturated,sglang-cache-aware"
+        "--policies",
+        default="epp-default,epp-default-unsticky,epp-llmd-sticky-until-saturated,sglang-cache-aware,dynamo-kv",
     )
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--rate", type=float, default=0.9, help="fraction of each scenario's capacity")

@@ -160,7 +160,8 @@ def build_scenarios() -> dict[str, Scenario]:
             workload=lambda rate, seed, n: wl.agentic_workload(rate, seed, wl.AgenticSpec(num_requests=n)),
             fractions=(0.5, NEAR_SATURATION, 1.1),
             policies=(
-                "epp-default", "epp-agentic", "epp-llmd-sticky-until-saturated", "sglang-cache-aware", "round-robin",
+                "epp-default", "epp-default-unsticky", "epp-llmd-sticky-until-saturated", "sglang-cache-aware",
+                "round-robin",
             ),
             duration_s=60,
         ),

@@ -47,8 +47,9 @@ def test_gie_default_config_is_gies_default():
     }
 
 
-def test_ray_epp_default_is_gies_plus_the_fading_ledger_and_the_home_balance():
+def test_ray_epp_default_is_gies_plus_the_fading_ledger_and_the_home_balance_behind_the_sticky_filter():
     assert weights_in(CONFIGS / "default.yaml") == {
+        "prefix-cache-affinity-filter": None,
         "queue-scorer": 2,
         "kv-cache-utilization-scorer": 2,
         "prefix-cache-scorer": 3,

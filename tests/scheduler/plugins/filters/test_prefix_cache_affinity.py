@@ -173,15 +173,3 @@ def test_sticky_until_saturated_end_to_end():
         assert chosen.profile_results["default"].target_endpoints[0].name == home
     other = sched.schedule(request(prompt="a different document " * 40, request_id="n"), pods)
     assert other.profile_results["default"].target_endpoints[0].name != home
-
-
-def test_the_agentic_config_is_the_default_behind_the_filter():
-    """ray_epp/configs/agentic.yaml = ray_epp/configs/default.yaml with the filter (250 ms gate)
-    first in the profile: nothing else moved."""
-    agentic = load_config_file(ROOT / "ray_epp" / "configs" / "agentic.yaml")
-    default = load_config_file(ROOT / "ray_epp" / "configs" / "default.yaml")
-    first, *rest = agentic.scheduling_profiles[0].plugins
-    assert first.plugin_ref == "prefix-cache-affinity-filter"
-    assert rest == list(default.scheduling_profiles[0].plugins)
-    assert agentic.plugin_spec("prefix-cache-affinity-filter").parameters == {"maxTTFTPenaltyMs": 250}
-    assert [p for p in agentic.plugins if p.type != "prefix-cache-affinity-filter"] == list(default.plugins)

@@ -227,11 +227,13 @@ def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(ex
     assert body(CONFIGS.parents[1] / "bench" / "configs" / experiment) == body(CONFIGS / shipped)
 
 
-def test_the_default_is_the_previous_one_with_the_fading_ledger_and_the_home_balance():
-    """ray_epp/configs/default.yaml = bench/configs/default-previous.yaml with prefill-eta-scorer (floored at
-    minWeight 0.25) in place of prefill-backlog-scorer (same weight) and prefix-home-balance-scorer x2
-    (relative) added: nothing else moved; bench/configs/default-minmax.yaml differs from it in the
-    home balance's normalization alone."""
+def test_the_default_is_the_previous_one_with_the_fading_ledger_the_home_balance_and_the_filter():
+    """bench/configs/default-unsticky.yaml = bench/configs/default-previous.yaml with prefill-eta-scorer
+    (floored at minWeight 0.25) in place of prefill-backlog-scorer (same weight) and
+    prefix-home-balance-scorer x2 (relative) added: nothing else moved;
+    bench/configs/default-minmax.yaml differs from it in the home balance's normalization alone;
+    ray_epp/configs/default.yaml is it behind prefix-cache-affinity-filter (a 250 ms gate and the
+    scraped-saturation escape), and bench/configs/agentic.yaml the same without the escape."""
 
     def body(path):
         cfg = load_config_file(path)
@@ -247,7 +249,15 @@ def test_the_default_is_the_previous_one_with_the_fading_ledger_and_the_home_bal
         sorted([*plugins, ("prefix-home-balance-scorer", repr({"normalize": "relative"}))]),
         sorted([*weights, ("prefix-home-balance-scorer", 2)]),
     )
-    assert body(CONFIGS / "default.yaml") == want
+    bench_configs = CONFIGS.parents[1] / "bench" / "configs"
+    assert body(bench_configs / "default-unsticky.yaml") == want
+    escape = [{"metric": "waiting-queue", "maxValue": 5}, {"metric": "kv-cache-utilization", "maxValue": 0.8}]
+    for path, params in (
+        (CONFIGS / "default.yaml", {"maxTTFTPenaltyMs": 250, "saturationConditions": escape}),
+        (bench_configs / "agentic.yaml", {"maxTTFTPenaltyMs": 250}),
+    ):
+        sticky = ("prefix-cache-affinity-filter", repr(params))
+        assert body(path) == (sorted([*want[0], sticky]), sorted([*want[1], ("prefix-cache-affinity-filter", 0)]))
     minmax_plugins, minmax_weights = body(CONFIGS.parents[1] / "bench" / "configs" / "default-minmax.yaml")
     relative = ("prefix-home-balance-scorer", repr({"normalize": "relative"}))
     minmax = ("prefix-home-balance-scorer", repr({"normalize": "min-max"}))
