@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         merged: dict[str, Any] = {}
         for name in args.tables:
             for key, by_policy in json.loads(Path(name).read_text()).items():
+                if not isinstance(by_policy, dict):  # a note
+                    continue
                 for policy, seeds in by_policy.items():
                     merged.setdefault(key, {}).setdefault(policy, {}).update(seeds)
         print(tables_from(merged, args.reference))
