@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 WORKER_PORTS = [9101, 9102, 9103, 9104]
 BODY = json.dumps({"model": "fake-model", "prompt": "x" * 1900, "max_tokens": 16}).encode()  # ~2 KB
+IDLE_S = 3.0  # the idle window that tells a target's fixed CPU (background loops) from its per-request CPU
 STREAM_BODY = json.dumps({"model": "fake-model", "prompt": "hello", "max_tokens": 20, "stream": True}).encode()
 
 
@@ -46,7 +47,7 @@ def _bin(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 
-def _wait_http(url: str, timeout_s: float = 120) -> None:
+def _wait_http(url: str, timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
@@ -83,6 +84,7 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
         json.dumps([{"name": f"w{i}", "address": "127.0.0.1", "port": p + offset} for i, p in enumerate(WORKER_PORTS)])
     )
     fwd, epp, sgl, vll, flow, flow1, smg = (str(p + offset) for p in (8300, 8400, 8500, 8600, 8700, 8800, 8900))
+    ha_rr, ha_pick, ha_epp, slow = (str(p + offset) for p in (9000, 9010, 9020, 9030))
     # The default config with the flowControl gate on: every request passes the gateway's queue.
     flow_cfg = tmp / "default-flow-control.yaml"
     cfg = yaml.safe_load((ROOT / "ray_epp" / "configs" / "default.yaml").read_text())
@@ -91,6 +93,9 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
     # The same with a dispatch window of one request (a dispatched request scheduled before the next leaves).
     window1 = tmp / "window-1.yaml"
     window1.write_text(yaml.safe_dump({"flow_dispatch_window": 1}))
+    # The gateway with its hot routes through FastAPI's stack (serve_app/hot_routes.py off).
+    no_hot = tmp / "no-hot-routes.yaml"
+    no_hot.write_text(yaml.safe_dump({"hot_routes": False}))
     epp_up = [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port"]
     out = {
         "serve-forwarder": (
@@ -103,6 +108,11 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
             f"http://127.0.0.1:{epp}/ready",
             f"http://127.0.0.1:{epp}",
         ),
+        "epp-fastapi": (
+            [*epp_up, slow, "--settings", str(no_hot)],
+            f"http://127.0.0.1:{slow}/ready",
+            f"http://127.0.0.1:{slow}",
+        ),
         "epp-flow-control": (
             [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port", flow, "--config", str(flow_cfg)],
             f"http://127.0.0.1:{flow}/ready",
@@ -114,6 +124,18 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
             f"http://127.0.0.1:{flow1}",
         ),
     }
+    if shutil.which("haproxy"):  # a compiled byte mover (bench/haproxy_front.py)
+        front = [py, "-m", "bench.haproxy_front", "--pods", str(pods)]
+        out["haproxy-rr"] = (
+            [*front, "--mode", "rr", "--port", ha_rr],
+            f"http://127.0.0.1:{ha_rr}/health",
+            f"http://127.0.0.1:{ha_rr}",
+        )
+        out["haproxy-epp-pick"] = (
+            [*front, "--mode", "pick", "--httpclient", "--port", ha_pick, "--epp-port", ha_epp],
+            f"http://127.0.0.1:{ha_pick}/ready",
+            f"http://127.0.0.1:{ha_pick}",
+        )
     if sg := _bin("sglang-router"):
         out["sglang-router"] = (
             [
@@ -146,12 +168,25 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
     return out
 
 
-async def measure(base: str, n_seq: int, seconds: float) -> dict:
+async def measure(base: str, n_seq: int, seconds: float, pid: int | None = None) -> dict:
+    """`pid`: the target's process; its whole tree's CPU time over the closed loop is counted."""
     url = f"{base}/v1/completions"
+    await wait_serving(url)
     before = scheduler_buckets(base)
     seq = await sequential(url, BODY, n_seq)
     decision = decision_p50_ms(before, scheduler_buckets(base))
+    idle = await idle_cpu_s(pid, IDLE_S)  # what the target spends per second with no request
+    cpu_before = tree_cpu_s(pid)
     rps, errors = await closed_loop(url, BODY, 32, seconds)
+    cpu = tree_cpu_s(pid)
+    by_title: dict[str, float] = {}
+    for key, t in cpu.items():
+        by_title[key[1]] = by_title.get(key[1], 0.0) + t - cpu_before.get(key, 0.0)
+    by_process = sorted(((t, title) for title, t in by_title.items()), reverse=True)
+    done = rps * seconds
+    cpu_ms = None if pid is None or not done else sum(by_title.values()) * 1000 / done
+    # The CPU the requests added, by process: the loop's minus what the same process spends idle.
+    marginal = {title: 1000 * (t - idle.get(title, 0.0) * seconds / IDLE_S) / done for t, title in by_process if done}
     first, total = await stream_ttfb(url, STREAM_BODY, 30)
     return {
         "decision_p50_ms_le": decision,
@@ -159,9 +194,61 @@ async def measure(base: str, n_seq: int, seconds: float) -> dict:
         "seq_p99_ms": seq.pct(0.99),
         "rps_c32": rps,
         "errors_c32": errors,
+        # CPU of every process of the target per request of the closed loop (all of it, and what
+        # the requests added to the idle target): what the router costs, whatever share of the
+        # cores the machine's load left it.
+        "cpu_ms_per_req_c32": cpu_ms,
+        "cpu_ms_per_req_added_c32": None if cpu_ms is None else sum(marginal.values()),
+        "cpu_ms_per_req_added_by_process": dict(sorted(marginal.items(), key=lambda kv: -kv[1])[:8]),
         "ttfb_p50_ms": first.p50,
         "stream_total_p50_ms": total.p50,
+        "load_average_1m": os.getloadavg()[0],
     }
+
+
+async def wait_serving(url: str, timeout_s: float = 120) -> None:
+    """Until a completion is answered 200: a router may be up before it knows its workers (SMG
+    answers 404 until its worker discovery has run, which takes longer on a loaded machine)."""
+    import aiohttp
+
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as s:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with s.post(url, data=BODY, headers={"content-type": "application/json"}) as r:
+                    await r.read()
+                    if r.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} answered no completion within {timeout_s} s")
+            await asyncio.sleep(0.5)
+
+
+async def idle_cpu_s(pid: int | None, seconds: float) -> dict[str, float]:
+    """CPU seconds each process of the target's tree (by title) spends in `seconds` of no requests."""
+    before = tree_cpu_s(pid)
+    await asyncio.sleep(seconds if pid is not None else 0)
+    out: dict[str, float] = {}
+    for key, t in tree_cpu_s(pid).items():
+        out[key[1]] = out.get(key[1], 0.0) + t - before.get(key, 0.0)
+    return out
+
+
+def tree_cpu_s(pid: int | None) -> dict[tuple[int, str], float]:
+    """CPU seconds (user + system) of a process and all its descendants, by (pid, process title)."""
+    import psutil
+
+    if pid is None:
+        return {}
+    out: dict[tuple[int, str], float] = {}
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = proc.cpu_times()
+                title = " ".join(proc.cmdline())[:60].strip()
+                out[(proc.pid, title)] = t.user + t.system + t.children_user + t.children_system
+    return out
 
 
 def scheduler_buckets(base: str) -> list[tuple[float, float]]:
@@ -185,8 +272,39 @@ def decision_p50_ms(before: list[tuple[float, float]], after: list[tuple[float, 
     return None if total <= 0 else next(le for le, c in counts if c >= total / 2) * 1000
 
 
+def _ms(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms:.2f} ms"
+
+
 def _le(ms: float | None) -> str:
     return "-" if ms is None else f"≤ {ms:g} ms"
+
+
+def failed(err: Exception, log: Path) -> dict:
+    return {"error": f"{type(err).__name__}: {err}", "log_tail": log.read_text()[-2000:] if log.exists() else ""}
+
+
+def measure_all_up(chosen: dict, tmp: Path, a: argparse.Namespace, direct: str | None) -> dict[str, dict]:
+    """Every target up at once (one start each, the slow part on a loaded machine), then measured
+    in turn, round after round, so each round compares the targets under the same load."""
+    rows: dict[str, dict] = {}
+    with contextlib.ExitStack() as stack:
+        up: dict[str, tuple[str, int | None]] = {} if direct is None else {"direct": (direct, None)}
+        for name, (cmd, ready, base) in chosen.items():
+            try:
+                proc = stack.enter_context(_process(cmd, ready, tmp / f"{name}.log"))
+                up[name] = (base, proc.pid)
+            except Exception as err:
+                rows[name] = failed(err, tmp / f"{name}.log")
+                print(name, rows[name], flush=True)
+        for i in range(a.rounds):
+            for name, (base, pid) in up.items():
+                try:
+                    rows[f"{name}#{i + 1}"] = asyncio.run(measure(base, a.seq, a.seconds, pid))
+                except Exception as err:
+                    rows[f"{name}#{i + 1}"] = failed(err, tmp / f"{name}.log")
+                print(f"{name}#{i + 1}", rows[f"{name}#{i + 1}"], flush=True)
+    return rows
 
 
 def main() -> None:
@@ -195,6 +313,13 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--targets", nargs="*", default=None)
     p.add_argument("--port-offset", type=int, default=0, help="shift every port (workers 9101.., targets 8300..)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="start every target first, then measure them in turn this many times (rows: name#round); "
+        "0: one target up at a time",
+    )
     a = p.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     worker_ports = [port + a.port_offset for port in WORKER_PORTS]
@@ -204,23 +329,26 @@ def main() -> None:
         tmp = Path(td)
         worker_cmd = [sys.executable, "-m", "bench.fake_worker", "--ports", *map(str, worker_ports)]
         with _process(worker_cmd, f"{workers[0]}/health", tmp / "workers.log"):
-            if a.targets is None or "direct" in a.targets:
-                rows["direct"] = asyncio.run(measure(workers[0], a.seq, a.seconds))
+            with_direct = a.targets is None or "direct" in a.targets
+            if with_direct and not a.rounds:
+                rows["direct"] = asyncio.run(measure(workers[0], a.seq, a.seconds))  # workers' CPU: not a router
                 print("direct", rows["direct"], flush=True)
-            for name, (cmd, ready, base) in targets(workers, tmp, a.port_offset).items():
-                if a.targets is not None and name not in a.targets:
-                    continue
+            chosen = {
+                n: t
+                for n, t in targets(workers, tmp, a.port_offset).items()
+                if a.targets in (None, []) or n in a.targets
+            }
+            if a.rounds:
+                rows.update(measure_all_up(chosen, tmp, a, workers[0] if with_direct else None))
+            for name, (cmd, ready, base) in chosen.items() if not a.rounds else ():
                 try:
-                    with _process(cmd, ready, tmp / f"{name}.log"):
-                        rows[name] = asyncio.run(measure(base, a.seq, a.seconds))
+                    with _process(cmd, ready, tmp / f"{name}.log") as proc:
+                        rows[name] = asyncio.run(measure(base, a.seq, a.seconds, proc.pid))
                 except Exception as err:  # a peer that fails to start is reported, not fatal
-                    rows[name] = {
-                        "error": f"{type(err).__name__}: {err}",
-                        "log_tail": (tmp / f"{name}.log").read_text()[-2000:],
-                    }
+                    rows[name] = failed(err, tmp / f"{name}.log")
                 print(name, rows[name], flush=True)
-    direct = rows.get("direct", {}).get("seq_p50_ms")
-    for row in rows.values():
+    for name, row in rows.items():  # over the same round's direct row
+        direct = rows.get("direct" + (name[name.index("#") :] if "#" in name else ""), {}).get("seq_p50_ms")
         if direct and "seq_p50_ms" in row:
             row["added_p50_ms"] = row["seq_p50_ms"] - direct
     out = {
@@ -230,15 +358,17 @@ def main() -> None:
         "rows": rows,
     }
     (RESULTS / "gateway_overhead.json").write_text(json.dumps(out, indent=2))
-    print("\n| target | seq p50 | added p50 | seq p99 | req/s @32 | stream TTFB p50 | decision p50 (bucket) |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| target | seq p50 | added p50 | seq p99 | req/s @32 | CPU added/req @32 | stream TTFB p50 ", end="")
+    print("| decision p50 (bucket) |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         if "error" in r:
-            print(f"| {name} | failed: {r['error']} | | | | | |")
+            print(f"| {name} | failed: {r['error']} | | | | | | |")
             continue
         print(
             f"| {name} | {r['seq_p50_ms']:.2f} ms | {r.get('added_p50_ms', 0):+.2f} ms | {r['seq_p99_ms']:.2f} ms "
-            f"| {r['rps_c32']:.0f} | {r['ttfb_p50_ms']:.1f} ms | {_le(r.get('decision_p50_ms_le'))} |"
+            f"| {r['rps_c32']:.0f} | {_ms(r.get('cpu_ms_per_req_added_c32'))} | {r['ttfb_p50_ms']:.1f} ms "
+            f"| {_le(r.get('decision_p50_ms_le'))} |"
         )
 
 

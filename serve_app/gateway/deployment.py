@@ -16,6 +16,7 @@ from serve_app.admin.api import admin_router
 from serve_app.gateway import side_routes
 from serve_app.gateway.core import GatewayCore
 from serve_app.gateway.errors import answer_errors_in_openai_shape
+from serve_app.gateway.hot_routes import HotRoutes
 from serve_app.gateway.ingress import SharedPortServer
 from serve_app.gateway.messages_route import MessagesRoute
 from serve_app.gateway.responses_route import ResponsesRoute
@@ -59,7 +60,7 @@ class Gateway:
         if ingress is not None:
             owner = deployment_owner()
             self._ingress = SharedPortServer(
-                app,
+                HotRoutes(app, self.core) if self.core.settings.hot_routes else app,
                 ingress["host"],
                 int(ingress["port"]),
                 lambda: serve.get_replica_context().servable_object is self,

@@ -99,7 +99,7 @@ def answer_errors_in_openai_shape(app: FastAPI) -> None:
     validate (400), and an unexpected exception (500, logged)."""
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(Exception, _internal_error)
+    app.add_exception_handler(Exception, internal_error)
 
 
 async def _http_error(_request: Request, exc: StarletteHTTPException) -> Response:
@@ -112,6 +112,6 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> R
     return bad_request(str(exc)[:500]).response()
 
 
-async def _internal_error(_request: Request, exc: Exception) -> Response:
+async def internal_error(_request: Request, exc: Exception) -> Response:
     log.exception("unexpected error: %s", exc)
     return GatewayError(500, f"internal error: {type(exc).__name__}").response()
