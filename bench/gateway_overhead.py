@@ -93,7 +93,7 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
     # The same with a dispatch window of one request (a dispatched request scheduled before the next leaves).
     window1 = tmp / "window-1.yaml"
     window1.write_text(yaml.safe_dump({"flow_dispatch_window": 1}))
-    # The gateway with its hot routes through FastAPI's stack (serve_app/hot_routes.py off).
+    # The gateway with its hot routes through FastAPI's stack (serve_app/gateway/hot_routes.py off).
     no_hot = tmp / "no-hot-routes.yaml"
     no_hot.write_text(yaml.safe_dump({"hot_routes": False}))
     epp_up = [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port"]

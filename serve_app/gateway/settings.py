@@ -87,8 +87,9 @@ class GatewaySettings(BaseModel):
     # POST /v1/pick (the decision without forwarding, for use behind another proxy). Off by default:
     # it answers 404 like any unknown route. When on, it needs the api_key like the OpenAI routes.
     pick_api: bool = False
-    # On the shared port, POST /v1/completions and /v1/chat/completions skip FastAPI's routing and
-    # middleware (serve_app/hot_routes.py: about a third of a request's CPU in the replica).
+    # On the shared port, POST /v1/completions, /v1/chat/completions and /v1/pick skip FastAPI's
+    # routing and middleware (serve_app/gateway/hot_routes.py: about a third of a request's CPU in
+    # the replica; FastAPI middleware then does not see them).
     # False: they take the FastAPI app like every other route.
     hot_routes: bool = True
     # The replica's view of the pool takes at most one datastore version per this interval (as
