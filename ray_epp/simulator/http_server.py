@@ -24,11 +24,19 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
+from ray_epp.simulator.audio_api import AudioApi
 from ray_epp.simulator.config import FailureConfig, PodConfig
 from ray_epp.simulator.engine import FINISHED, Engine, EngineRequest
 from ray_epp.simulator.messages_api import MessagesApi
 from ray_epp.simulator.metrics import PodMetrics
-from ray_epp.simulator.openai_api import ChatBody, CompletionBody, LoraLoadBody, error_body, validation_error
+from ray_epp.simulator.openai_api import (
+    ChatBody,
+    CompletionBody,
+    LoraLoadBody,
+    completion_logprobs,
+    error_body,
+    validation_error,
+)
 from ray_epp.simulator.pod_kv import PodKVEvents, reset_prefix_cache, tokenize
 from ray_epp.simulator.pooling_api import PoolingApi
 from ray_epp.simulator.responses_api import ResponsesApi
@@ -142,6 +150,7 @@ class SimPod:
         ResponsesApi(self).install(app.router)
         PoolingApi(self).install(app.router)
         MessagesApi(self).install(app.router)
+        AudioApi(self).install(app.router)
         app.router.add_post("/reset_prefix_cache", partial(reset_prefix_cache, lambda: self.kv_events, self.engine))
         app.on_response_prepare.append(self._tag)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -279,6 +288,8 @@ class SimPod:
                 prompts = [self.engine.engine_prompt(None, body.messages)]
                 max_tokens = body.max_completion_tokens or body.max_tokens or self.cfg.default_max_tokens
             else:
+                if body.best_of is not None and body.best_of > 1:  # vLLM V1's engine refuses it
+                    raise _BadRequest(400, "vLLM V1 does not yet support best_of.", "best_of")
                 raw = body.prompt
                 batch = raw if isinstance(raw, list) and raw and not isinstance(raw[0], int) else [raw]
                 prompts = [self.engine.engine_prompt(p) for p in batch]  # type: ignore[arg-type]
@@ -387,7 +398,8 @@ class SimPod:
                 choices.append({"index": index, "message": {"role": "assistant", "content": text, "tool_calls": []},
                                 "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None})  # fmt: skip
             else:
-                choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": r.finish_reason,
+                logprobs = completion_logprobs(text, body.logprobs)  # type: ignore[union-attr]
+                choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": r.finish_reason,
                                 "stop_reason": None, "prompt_logprobs": None})  # fmt: skip
         obj = "chat.completion" if chat else "text_completion"
         return {"id": rid, "object": obj, "created": created, "model": body.model, "choices": choices,
@@ -418,6 +430,7 @@ class SimPod:
         role_sent = [not chat] * len(rs)  # vLLM sends a chat role chunk with the first output, after prefill
         queue = rs[0].sink.queue
         sent = [0] * len(rs)
+        offsets = [0] * len(rs)  # each choice's text so far: where its next logprobs' tokens start
         running = len(rs)
         drop_at = max(1, rs[0].output_len // 2)
         while running:
@@ -439,7 +452,10 @@ class SimPod:
             if chat:
                 choice = {"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}
             else:
-                choice = {"index": index, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None}
+                logprobs = completion_logprobs(text, body.logprobs, offsets[index])  # type: ignore[union-attr]
+                offsets[index] += len(text)
+                choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason,
+                          "stop_reason": None}  # fmt: skip
             await resp.write(chunk([choice]))
             if drop and index == 0 and upto >= drop_at and not last:
                 for other in rs:

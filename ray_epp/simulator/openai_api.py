@@ -6,6 +6,7 @@ a 400 that names the parameter.
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -37,6 +38,21 @@ class _Body(BaseModel):
 
 class CompletionBody(_Body):
     prompt: str | list[int] | list[str] | list[list[int]] = Field(min_length=1)
+    logprobs: int | None = Field(None, ge=0, le=20)
+    best_of: int | None = Field(None, ge=1)
+
+
+def completion_logprobs(text: str, top: int | None, offset: int = 0) -> dict[str, Any] | None:
+    """vLLM's completions `logprobs` for `text` (the simulator's words, one token each): each
+    token's logprob and its `top` alternatives; None when the request asked for none."""
+    if top is None:
+        return None
+    tokens = [" " + w for w in text.split()]
+    offsets = [offset + at - len(t) for t, at in zip(tokens, accumulate(len(t) for t in tokens), strict=True)]
+    chosen = [-0.25 * (1 + len(t) % 3) for t in tokens]
+    alternatives = [{t: lp, **{f" alt{j}": lp - j - 1 for j in range(max(0, top - 1))}} if top else {}
+                    for t, lp in zip(tokens, chosen, strict=True)]  # fmt: skip
+    return {"text_offset": offsets, "token_logprobs": chosen, "tokens": tokens, "top_logprobs": alternatives}
 
 
 class ChatMessage(BaseModel):

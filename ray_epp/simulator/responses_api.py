@@ -1,9 +1,13 @@
 """vLLM's Responses API (`/v1/responses`) on a simulated pod, with the pod's own response store:
 a follow-up naming a `previous_response_id` this pod did not make is a 404, as on a real server,
-so a router that sends it elsewhere is caught. Streamed answers use the Responses event names."""
+so a router that sends it elsewhere is caught. Streamed answers use the Responses event names.
+A `background` response is answered at once (`queued`) and generated on; `POST
+/v1/responses/{id}/cancel` stops it (`cancelled`), and cancelling one that is not running is a
+400, as vLLM answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import OrderedDict
@@ -32,6 +36,7 @@ class ResponsesBody(BaseModel):
     max_output_tokens: int | None = Field(None, ge=1)
     stream: bool = False
     store: bool = True
+    background: bool = False
 
 
 def input_messages(body: ResponsesBody) -> list[dict[str, str]]:
@@ -57,11 +62,13 @@ class ResponsesApi:
     def __init__(self, pod: SimPod) -> None:
         self.pod = pod
         self.store: OrderedDict[str, tuple[dict[str, Any], list[dict[str, str]]]] = OrderedDict()
+        self.running: dict[str, tuple[EngineRequest, asyncio.Task[None]]] = {}  # background responses
 
     def install(self, router: web.UrlDispatcher) -> None:
         router.add_post("/v1/responses", self.create)
         router.add_get("/v1/responses/{response_id}", self.retrieve)
         router.add_delete("/v1/responses/{response_id}", self.delete)
+        router.add_post("/v1/responses/{response_id}/cancel", self.cancel)
 
     def _missing(self, response_id: str, param: str | None = None) -> web.Response:
         body = error_body(404, f"Response with id '{response_id}' not found.", param)
@@ -78,6 +85,35 @@ class ResponsesApi:
         if self.store.pop(rid, None) is None:
             return self._missing(rid)
         return web.json_response({"id": rid, "object": "response.deleted", "deleted": True})
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        rid = request.match_info["response_id"]
+        if rid not in self.store:
+            return self._missing(rid)
+        running = self.running.pop(rid, None)
+        if running is None:
+            body = error_body(400, "Cannot cancel a synchronous response.")
+            return web.json_response(body, status=400)
+        r, task = running
+        task.cancel()
+        self.pod.engine.abort(r)
+        response = {**self.store[rid][0], "status": "cancelled"}
+        self.store[rid] = (response, self.store[rid][1])
+        return web.json_response(response)
+
+    def _in_background(self, r: EngineRequest, body: ResponsesBody, turns: list[dict[str, str]], n: int) -> dict:
+        """Store the response as `queued` and generate it on; the stored one becomes `completed`."""
+        queued = self._response(r, body, "queued", None, n)
+        self.store[r.request_id] = (queued, turns)
+
+        async def generate() -> None:
+            await r.sink.done
+            self.running.pop(r.request_id, None)
+            if r.state == FINISHED:
+                self._finish(r, body, turns, n)
+
+        self.running[r.request_id] = (r, asyncio.get_running_loop().create_task(generate()))
+        return queued
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         pod = self.pod
@@ -102,8 +138,13 @@ class ResponsesApi:
         problem = pod.engine.check(count_tokens(prompt), max_tokens)
         if problem:
             return web.json_response(error_body(400, *problem), status=400)
+        if body.background and (body.stream or not body.store):
+            message = "background can be used only with store=true and without stream"
+            return web.json_response(error_body(400, message, "background"), status=400)
         n = next(pod._ids)
         r = pod.submit(f"resp_{pod.name}-{n}", prompt, max_tokens, body.stream, lora=lora)
+        if body.background:
+            return web.json_response(self._in_background(r, body, turns, n))
         try:
             if body.stream:
                 return await self._stream(request, r, body, turns, n)
@@ -125,7 +166,7 @@ class ResponsesApi:
                 "model": body.model, "instructions": body.instructions, "output": output,
                 "previous_response_id": body.previous_response_id, "parallel_tool_calls": True,
                 "tool_choice": "auto", "tools": [], "temperature": 1.0, "top_p": 1.0, "metadata": {},
-                "error": None, "incomplete_details": None, "store": body.store,
+                "error": None, "incomplete_details": None, "store": body.store, "background": body.background,
                 "usage": usage if status == "completed" else None}  # fmt: skip
 
     @staticmethod

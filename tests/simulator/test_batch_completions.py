@@ -44,3 +44,20 @@ async def test_an_empty_batch_is_a_400() -> None:
         client = openai.AsyncOpenAI(base_url=c.pods[0].url + "/v1", api_key="x")
         with pytest.raises(openai.BadRequestError, match="prompt"):
             await client.completions.create(model=DEFAULT_MODEL, prompt=[], max_tokens=2)
+
+
+async def test_logprobs_are_given_per_token_and_best_of_is_refused_as_vllm_v1_does() -> None:
+    async with SimCluster([PodConfig(name="a")], time_scale=0) as c:
+        client = openai.AsyncOpenAI(base_url=c.pods[0].url + "/v1", api_key="x")
+        out = await client.completions.create(model=DEFAULT_MODEL, prompt="hi", max_tokens=3, logprobs=2, best_of=1)
+        lp = out.choices[0].logprobs
+        assert "".join(lp.tokens) == out.choices[0].text and len(lp.token_logprobs) == 3
+        assert lp.text_offset[0] == 0 and all(len(top) == 2 for top in lp.top_logprobs)
+        stream = await client.completions.create(model=DEFAULT_MODEL, prompt="hi", max_tokens=5, logprobs=0,
+                                                 stream=True)  # fmt: skip
+        pieces = [ch.choices[0] async for ch in stream if ch.choices]
+        offsets = [o for p in pieces for o in p.logprobs.text_offset]
+        text = "".join(p.text for p in pieces)
+        assert [text[o:].split()[0] for o in offsets] == text.split()  # each offset starts its token
+        with pytest.raises(openai.BadRequestError, match="best_of"):
+            await client.completions.create(model=DEFAULT_MODEL, prompt="hi", max_tokens=3, best_of=3)

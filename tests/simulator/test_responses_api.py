@@ -3,6 +3,8 @@ pod did not make is its 404), streamed events by their Responses names, retrieve
 
 from __future__ import annotations
 
+import asyncio
+
 import openai
 import pytest
 
@@ -49,3 +51,25 @@ async def test_bad_responses_bodies_are_400() -> None:
             await client.responses.create(model=DEFAULT_MODEL, input=5)  # type: ignore[arg-type]
         with pytest.raises(openai.NotFoundError, match="model"):
             await client.responses.create(model="nope", input="x")
+
+
+async def test_a_background_response_runs_on_and_may_be_cancelled() -> None:
+    async with SimCluster([PodConfig(name="a")], time_scale=1.0) as c:
+        client = openai.AsyncOpenAI(base_url=c.pods[0].url + "/v1", api_key="x")
+        done = await client.responses.create(model=DEFAULT_MODEL, input="short", max_output_tokens=2, background=True)
+        assert done.status == "queued"
+        for _ in range(200):
+            if (await client.responses.retrieve(done.id)).status == "completed":
+                break
+            await asyncio.sleep(0.02)
+        assert (await client.responses.retrieve(done.id)).output_text
+        with pytest.raises(openai.BadRequestError, match="synchronous"):
+            await client.responses.cancel(done.id)
+        long = await client.responses.create(model=DEFAULT_MODEL, input="long", max_output_tokens=2000,
+                                             background=True)  # fmt: skip
+        assert (await client.responses.cancel(long.id)).status == "cancelled"
+        assert (await client.responses.retrieve(long.id)).status == "cancelled"
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.cancel("resp_unknown")
+        with pytest.raises(openai.BadRequestError, match="background"):
+            await client.responses.create(model=DEFAULT_MODEL, input="x", background=True, store=False)
