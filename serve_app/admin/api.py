@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from actors.launcher import PodsFileError, parse_pods
 from actors.pod_source import PodConflict
-from serve_app.gateway.errors import GatewayError, bad_request
+from serve_app.gateway.errors import GatewayError, bad_request, no_route
 
 log = logging.getLogger("ray_epp.gateway.admin")
 
@@ -44,7 +44,7 @@ class AdminApi:
 
     def check(self, http: Request) -> None:
         if self._expected is None:
-            raise GatewayError(404, "Not Found")
+            raise no_route(http.method, http.url.path)  # off: as any path the gateway does not serve
         given = http.headers.get("authorization", "")
         if not given.lower().startswith("bearer "):
             raise GatewayError(

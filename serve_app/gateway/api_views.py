@@ -11,13 +11,16 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from serve_app.gateway.errors import bad_request
 
 RESPONSES_PATH = "/v1/responses"
 MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+ANTHROPIC_PATHS = frozenset({MESSAGES_PATH, COUNT_TOKENS_PATH})
+# the speech-to-text APIs: a multipart form (serve_app/gateway/form_fields.py), not JSON
+FORM_PATHS = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations"})
 
 
 class ResponsesRequest(BaseModel):
@@ -131,6 +134,20 @@ def load_view(*needs: tuple[str, ...]) -> Callable[[dict[str, Any]], dict[str, A
     return view
 
 
+_AUDIO_FIELDS = load_view(("file",))
+_FORM_BOOL = TypeAdapter(bool)
+
+
+def audio_view(fields: dict[str, Any]) -> dict[str, Any]:
+    """A speech-to-text form, routed by load: it must carry its `file`; `stream` is a form's text
+    (`true`, `1`, `on`…), read as the pod reads it."""
+    view = _AUDIO_FIELDS(fields)
+    try:
+        return {**view, "stream": _FORM_BOOL.validate_python(view.get("stream", False))}
+    except ValidationError:
+        raise bad_request(f"'stream' must be a boolean, got {str(view.get('stream'))[:40]!r}", param="stream") from None
+
+
 EMBEDDING_VIEW = load_view(("input", "messages"))
 SCORE_VIEW = load_view(("text_1",), ("text_2",))
 RERANK_VIEW = load_view(("query",), ("documents",))
@@ -145,6 +162,7 @@ LOAD_VIEWS = {
     "/v2/rerank": RERANK_VIEW,
     "/tokenize": load_view(("prompt", "messages")),
     "/detokenize": load_view(("tokens",)),
+    **dict.fromkeys(FORM_PATHS, audio_view),
 }
 # path → its view; a path not here is not an inference route of the gateway
 VIEWS = {

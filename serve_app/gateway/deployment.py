@@ -105,6 +105,10 @@ class Gateway:
     async def delete_response(self, request: Request, response_id: str) -> Response:
         return await ResponsesRoute.stored(self.core, request, response_id)
 
+    @app.post("/v1/responses/{response_id}/cancel")
+    async def cancel_response(self, request: Request, response_id: str) -> Response:
+        return await ResponsesRoute.stored(self.core, request, response_id, "/cancel")
+
     # the APIs routed by load alone (serve_app/gateway/api_views.py, LOAD_VIEWS)
     @app.post("/v1/embeddings")
     @app.post("/pooling")
@@ -116,6 +120,8 @@ class Gateway:
     @app.post("/v2/rerank")
     @app.post("/tokenize")
     @app.post("/detokenize")
+    @app.post("/v1/audio/transcriptions")  # multipart forms (serve_app/gateway/form_fields.py)
+    @app.post("/v1/audio/translations")
     async def load_routed(self, request: Request) -> Response:
         return await self.core.handle(request, request.scope["route"].path)
 

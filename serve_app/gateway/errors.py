@@ -102,10 +102,25 @@ def answer_errors_in_openai_shape(app: FastAPI) -> None:
     app.add_exception_handler(Exception, internal_error)
 
 
-async def _http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+def no_route(method: str, path: str) -> GatewayError:
+    """A path the gateway does not serve: a 404 that names it. Such a request is not passed on to
+    a pod: a model server's own operational routes (vLLM's `/reset_prefix_cache`, `/sleep`,
+    `/collective_rpc`…) must not be open to whoever can reach the gateway."""
+    return GatewayError(
+        404,
+        f"{method} {path[:200]} is not a route of this gateway; it serves the inference APIs "
+        "(README, 'Routes'), /v1/models, /health, /ready and /metrics",
+    )
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     """The router's own 404 / 405 in OpenAI's shape, like every other answer of the gateway."""
-    err = GatewayError(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
-    return err.response()
+    if exc.status_code == 404:
+        return no_route(request.method, request.url.path).response()
+    message = str(exc.detail)
+    if exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path[:200]}"
+    return GatewayError(exc.status_code, message, headers=getattr(exc, "headers", None)).response()
 
 
 async def _validation_error(_request: Request, exc: RequestValidationError) -> Response:

@@ -4,7 +4,8 @@ Envoy): the same calls, in the same order, tell the plugins and the metrics what
 
 * the running-requests gauge goes up when the response starts and down when it ends;
 * a streamed answer's first chunk is its first token (`ResponseFirstToken`);
-* a whole answer's `usage` (a JSON body, or the stream's last usage event) goes to the
+* a whole answer's `usage` (a JSON body, or the stream's last usage event; an Anthropic stream's
+  `message_start` and last `message_delta` together) goes to the
   `ResponseUsage` plugins, when one is configured, and to the token metrics;
 * `close()`, once however the exchange ends (finished, failed, cancelled), is `ResponseComplete`:
   in-flight ledgers never keep an entry for a request that has gone.
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from scheduler import LLMRequest
 from serve_app.gateway.request_metrics import RequestMetrics
 from serve_app.gateway.tracing import RequestSpans, current_spans
-from serve_app.gateway.usage import STREAM_TAIL_BYTES, usage_counts_of_body, usage_counts_of_stream
+from serve_app.gateway.usage import STREAM_HEAD_BYTES, STREAM_TAIL_BYTES, usage_counts_of_body, usage_counts_of_stream
 
 if TYPE_CHECKING:
     from serve_app.gateway.core import GatewayCore
@@ -38,6 +39,7 @@ class Exchange:
     _first: bool = True
     _kept: list[bytes] = field(default_factory=list)  # the body (or the stream's tail) for usage
     _kept_bytes: int = 0
+    _head: bytes = b""  # a stream's start (an Anthropic stream's usage begins there)
     _closed: bool = False
     spans: RequestSpans | None = None  # the request's trace (serve_app/gateway/tracing.py), when traced
 
@@ -61,6 +63,8 @@ class Exchange:
             self.core.tell_first_token(self.request, self.endpoint)
         self._kept.append(data)
         self._kept_bytes += len(data)
+        if self.streaming and len(self._head) < STREAM_HEAD_BYTES:
+            self._head += data[: STREAM_HEAD_BYTES - len(self._head)]
         if self.streaming and self._kept_bytes > 2 * STREAM_TAIL_BYTES:  # only a stream's end is read
             tail = b"".join(self._kept)[-STREAM_TAIL_BYTES:]
             self._kept, self._kept_bytes = [tail], len(tail)
@@ -74,7 +78,10 @@ class Exchange:
             return
         data = b"".join(self._kept)
         self._kept = []
-        usage = usage_counts_of_stream(data[-STREAM_TAIL_BYTES:]) if self.streaming else usage_counts_of_body(data)
+        if self.streaming:
+            usage = usage_counts_of_stream(data[-STREAM_TAIL_BYTES:], self._head)
+        else:
+            usage = usage_counts_of_body(data)
         self.usage = usage
         if usage is not None and self.core.usage_hooks:
             self.core.usage_hooks.response_usage(self.request, usage[0], usage[1])

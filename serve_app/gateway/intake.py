@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from serve_app.gateway.api_views import ANTHROPIC_PATHS
 from serve_app.gateway.errors import GatewayError, bad_request
 from serve_app.gateway.settings import GatewaySettings
 
@@ -23,6 +24,7 @@ class RequestIntake:
         self.in_flight = 0  # requests of the OpenAI routes and /v1/pick this replica is serving
         self._debug_token = settings.debug_token.encode() if settings.debug_token else None
         self._api_key = f"Bearer {settings.api_key}".encode() if settings.api_key else None
+        self._bare_key = settings.api_key.encode() if settings.api_key else b""
 
     def wants_trace(self, http: Request) -> bool:
         """The decision trace names pods, addresses and scores: only for the operator's token
@@ -37,15 +39,18 @@ class RequestIntake:
     def check_head(self, http: Request) -> None:
         """What can be refused before reading the body: the API key, the headers' size, a
         declared body over the limit."""
-        self.check_headers(http.headers, sum(len(k) + len(v) for k, v in http.headers.raw))
+        anthropic = http.url.path in ANTHROPIC_PATHS
+        self.check_headers(http.headers, sum(len(k) + len(v) for k, v in http.headers.raw), anthropic)
 
-    def check_headers(self, headers: Mapping[str, str], header_bytes: int) -> None:
+    def check_headers(self, headers: Mapping[str, str], header_bytes: int, anthropic: bool = False) -> None:
         """`check_head` on headers however they came (HTTP, or an Envoy ext_proc message);
-        `headers` answers lower-case names."""
+        `headers` answers lower-case names. On the Anthropic routes (`anthropic`) the key may
+        come as Anthropic's clients send it, `x-api-key: <key>`, as well as a bearer token."""
         s = self.settings
         if self._api_key is not None:
             given = headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, self._api_key):
+            keyed = anthropic and hmac.compare_digest(headers.get("x-api-key", "").encode(), self._bare_key)
+            if not (hmac.compare_digest(given, self._api_key) or keyed):
                 raise GatewayError(
                     401, "Incorrect API key provided.", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
                 )

@@ -10,8 +10,9 @@ from typing import Any
 
 from scheduler import LLMRequest, SchedulingError
 from scheduler.plugins.support.slo import parse_slo_headers
-from serve_app.gateway.api_views import scheduling_view
+from serve_app.gateway.api_views import FORM_PATHS, scheduling_view
 from serve_app.gateway.errors import GatewayError, bad_request
+from serve_app.gateway.form_fields import form_fields
 from serve_app.gateway.settings import GatewaySettings
 
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
@@ -42,16 +43,10 @@ def parse_request(
     with the status to answer."""
     if len(raw) > settings.max_body_bytes:
         raise GatewayError(413, f"request body of {len(raw)} bytes exceeds the limit of {settings.max_body_bytes}")
-    try:
-        body: Any = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise bad_request(f"request body is not valid JSON: {err}") from None
-    except RecursionError:  # the C parser stops at the interpreter's recursion limit (~1,000 deep)
-        raise too_deep(settings.max_json_depth) from None
-    if json_depth_over(raw, body, settings.max_json_depth):
-        raise too_deep(settings.max_json_depth)
-    if not isinstance(body, dict):
-        raise bad_request("request body must be a JSON object")
+    if path in FORM_PATHS:
+        body = form_fields(raw, next((v for k, v in headers.items() if k.lower() == "content-type"), ""))
+    else:
+        body = json_body(raw, settings)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("'model' is required and must be a string", param="model")
@@ -77,6 +72,20 @@ def parse_request(
         priority=priority_of(clean, settings),
     )
     return ParsedRequest(llm_request, stream, clean)
+
+
+def json_body(raw: bytes, settings: GatewaySettings) -> dict[str, Any]:
+    try:
+        body: Any = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise bad_request(f"request body is not valid JSON: {err}") from None
+    except RecursionError:  # the C parser stops at the interpreter's recursion limit (~1,000 deep)
+        raise too_deep(settings.max_json_depth) from None
+    if json_depth_over(raw, body, settings.max_json_depth):
+        raise too_deep(settings.max_json_depth)
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    return body
 
 
 def forward_headers(headers: dict[str, str]) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """The Responses API through the gateway: `POST /v1/responses` is scheduled like chat (its token
 view: serve_app/gateway/api_views.py), and a stateful follow-up is pinned. A model server keeps the
 responses it made in its own store, so a request naming `previous_response_id`, and
-`GET` / `DELETE /v1/responses/{id}`, must reach the pod that made that response.
+`GET` / `DELETE /v1/responses/{id}` and `POST /v1/responses/{id}/cancel` (a `background`
+response), must reach the pod that made that response.
 
 The pins (response id → pod name) live in the datastore actor (actors/response_pins.py): one
 actor every replica calls, so a conversation stays on its pod whichever replica a turn reaches.
@@ -75,20 +76,23 @@ class ResponsesRoute:
         return err.response()
 
     @staticmethod
-    async def stored(core: GatewayCore, http: Request, response_id: str) -> Response:
-        """`GET` / `DELETE /v1/responses/{id}` at the pod that made it (a delete drops its pin)."""
+    async def stored(core: GatewayCore, http: Request, response_id: str, action: str = "") -> Response:
+        """`GET` / `DELETE /v1/responses/{id}` and `POST /v1/responses/{id}/cancel` (`action`) at the
+        pod that made the response (a delete drops its pin; a cancel keeps it: the cancelled
+        response stays in the pod's store)."""
         intake = core.intake
         refused = intake.let_in(http)
         if refused is not None:
             return refused
         try:
+            body = await intake.read_body(http) if http.method == "POST" else b""
             await core.ensure_ready()
             pod = await pinned_endpoint(core, response_id, "response_id")
             query = http.url.query
-            path = f"{RESPONSES_PATH}/{response_id}" + (f"?{query}" if query else "")
+            path = f"{RESPONSES_PATH}/{response_id}{action}" + (f"?{query}" if query else "")
             try:
                 upstream = await core.forwarder.open(
-                    pod, path, b"", forward_headers(dict(http.headers)), method=http.method
+                    pod, path, body, forward_headers(dict(http.headers)), method=http.method
                 )
             except UpstreamUnavailable as err:
                 raise _unavailable(response_id, "response_id", str(err)) from None

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from scheduler import SchedulingError
 from scheduler.interfaces import LocalResponse
 from scheduler.trace import SchedulingTrace
-from serve_app.gateway.errors import GatewayError, bad_request
+from serve_app.gateway.errors import GatewayError, bad_request, no_route
 from serve_app.gateway.intake import SHED_RETRY_AFTER_S as RETRY_AFTER_S
 from serve_app.gateway.metrics_page import render_page
 from serve_app.gateway.parsing import ParsedRequest, parse_request
@@ -27,7 +27,7 @@ PICK_PATHS = ("/v1/completions", "/v1/chat/completions")
 async def pick(core: GatewayCore, http: Request) -> Response:
     """The decision without forwarding, for use behind another proxy (when `pick_api` is on)."""
     if not core.settings.pick_api:
-        return GatewayError(404, "Not Found").response()
+        return no_route(http.method, http.url.path).response()
     intake = core.intake
     refused = intake.let_in(http)
     if refused is not None:

@@ -1,15 +1,19 @@
 """The OpenAI `usage` of a response (prompt and completion tokens, and the prompt tokens the server
 read from its cache), for the plugins that learn what a request cost (`ResponseUsage`) and the
 token metrics: from a whole JSON body, or from the last event of a stream that carries it (vLLM
-sends usage in a stream only with `stream_options.include_usage`)."""
+sends usage in a stream only with `stream_options.include_usage`; a Responses stream's
+`response.completed` and an Anthropic stream's `message_start` + `message_delta` always carry it)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 # How much of a stream's end is kept to find its usage event (the last `data:` event before [DONE]).
 STREAM_TAIL_BYTES = 8192
+# How much of a stream's start is kept for an Anthropic stream's `message_start` (its input tokens).
+STREAM_HEAD_BYTES = 4096
 
 
 def usage_counts(payload: Any) -> tuple[int, int, int] | None:
@@ -42,15 +46,41 @@ def usage_counts_of_body(body: bytes) -> tuple[int, int, int] | None:
         return None
 
 
-def usage_counts_of_stream(tail: bytes) -> tuple[int, int, int] | None:
-    """The usage in the last `data:` event of a stream's tail that has one."""
-    for line in reversed(tail.splitlines()):
+def _usage_events(data: bytes, latest_first: bool = False) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a stream's `data:` events that carry a usage, read one at a time."""
+    lines = data.splitlines()
+    for line in reversed(lines) if latest_first else lines:
         line = line.strip()
         if line.startswith(b"data:") and b'"usage"' in line:
-            found = usage_counts_of_body(line[5:])
-            if found is not None:
-                return found
+            try:
+                event = json.loads(line[5:])
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                yield event
+
+
+def usage_counts_of_stream(tail: bytes, head: bytes = b"") -> tuple[int, int, int] | None:
+    """The usage in the last `data:` event of a stream's tail that has one. An Anthropic stream
+    splits it: `message_start` (the stream's `head`) has the input tokens, its last
+    `message_delta` the output tokens so far; the two together are the request's usage."""
+    for event in _usage_events(tail, latest_first=True):
+        if event.get("type") == "message_delta":
+            return _anthropic_usage(event, head + b"\n" + tail)
+        found = usage_counts(event)
+        if found is not None:
+            return found
     return None
+
+
+def _anthropic_usage(delta: dict[str, Any], stream: bytes) -> tuple[int, int, int] | None:
+    start = next((e for e in _usage_events(stream) if e.get("type") == "message_start"), None)
+    message = start.get("message") if start is not None else None
+    usage = dict(message.get("usage") or {}) if isinstance(message, dict) else {}
+    more = delta.get("usage")
+    if isinstance(more, dict):  # the delta's counts are the latest (output so far; input, when it says)
+        usage |= {k: v for k, v in more.items() if v is not None}
+    return usage_counts({"usage": usage})
 
 
 def usage_of_body(body: bytes) -> tuple[int, int] | None:

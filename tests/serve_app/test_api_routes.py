@@ -130,9 +130,9 @@ def test_embeddings_through_the_gateway_with_the_sdk(oai):
 
 
 def test_every_load_routed_api_is_served(client):
-    from serve_app.gateway.api_views import LOAD_VIEWS
+    from serve_app.gateway.api_views import FORM_PATHS, LOAD_VIEWS
 
-    assert set(LOAD_BODIES) == set(LOAD_VIEWS)
+    assert set(LOAD_BODIES) | FORM_PATHS == set(LOAD_VIEWS)  # the forms: test_speech_to_text_*
     for path, body in LOAD_BODIES.items():
         resp = client.post(path, json={"model": MODEL, **body})
         assert resp.status_code == 200, (path, resp.text)
@@ -256,6 +256,101 @@ def test_malformed_completion_prompts_are_the_gateways_400(client, prompt):
     resp = client.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 1})
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["param"] == "prompt" and "x-gateway-destination-endpoint" not in resp.headers
+
+
+def test_a_background_response_is_cancelled_at_the_pod_that_runs_it(oai, sim):
+    running = oai.responses.create(model=MODEL, input="a long background task", max_output_tokens=3000,
+                                   background=True)  # fmt: skip
+    assert running.status == "queued"
+    raw = oai.responses.with_raw_response.cancel(running.id)  # any other pod would answer 404
+    port = next(p.port for p in sim.pods if p.name == pod_of(running.id))
+    assert raw.headers["x-gateway-destination-endpoint"].endswith(f":{port}")
+    assert raw.parse().status == "cancelled" and oai.responses.retrieve(running.id).status == "cancelled"
+    with pytest.raises(openai.BadRequestError, match="synchronous"):  # the pod's own answer, unchanged
+        oai.responses.cancel(oai.responses.create(model=MODEL, input="done", max_output_tokens=1).id)
+    with pytest.raises(openai.NotFoundError) as err:
+        oai.responses.cancel("resp_never-made")
+    assert error_of(err.value)["code"] == "response_not_found" and error_of(err.value)["param"] == "response_id"
+
+
+AUDIO = bytes(range(256)) * 16
+
+
+def test_speech_to_text_forms_are_forwarded_whole(oai, client):
+    from ray_epp.simulator.audio_api import transcript
+
+    raw = oai.audio.transcriptions.with_raw_response.create(model=MODEL, file=("clip.wav", AUDIO), language="en")
+    assert raw.parse().text == transcript(AUDIO, "transcribe") and raw.headers["x-gateway-destination-endpoint"]
+    assert oai.audio.translations.create(model=MODEL, file=("clip.wav", AUDIO)).text == transcript(AUDIO, "translate")
+    form = {"data": {"model": MODEL, "stream": "true"}, "files": {"file": ("c.wav", AUDIO)}}
+    with client.stream("POST", "/v1/audio/transcriptions", **form) as streamed:  # vLLM's transcription.chunk events
+        events = [json.loads(line[6:]) for line in streamed.iter_lines() if line.startswith("data: {")]
+    assert streamed.headers["content-type"].startswith("text/event-stream") and len(events) > 1
+    assert "".join(e["choices"][0]["delta"]["content"] for e in events).strip() == transcript(AUDIO, "transcribe")
+    as_text = client.post("/v1/audio/transcriptions", data={"model": MODEL, "response_format": "text"},
+                          files={"file": ("c.wav", AUDIO)}, headers=DEBUG)  # fmt: skip
+    assert as_text.status_code == 200 and as_text.text.strip() == transcript(AUDIO, "transcribe")
+    assert set(prefix_scores(as_text).values()) == {0.0}  # routed by load: no prompt for a prefix plugin
+
+
+@pytest.mark.parametrize(
+    ("send", "param", "says"),
+    [
+        ({"json": {"model": MODEL, "file": "x"}}, None, "multipart/form-data"),
+        ({"files": {"model": (None, MODEL)}}, "file", "'file' is required"),
+        ({"files": {"file": ("c.wav", AUDIO)}}, "model", "'model'"),
+        ({"data": {"model": MODEL, "stream": "maybe"}, "files": {"file": ("c.wav", AUDIO)}}, "stream", "boolean"),
+        ({"content": b"--x\r\nno end", "headers": {"content-type": "multipart/form-data; boundary=x"}}, None,
+         "ends inside a part"),
+    ],
+)  # fmt: skip
+def test_malformed_speech_to_text_forms_are_the_gateways_400(client, send, param, says):
+    resp = client.post("/v1/audio/transcriptions", **send)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == param and says in error["message"] and "x-gateway-destination-endpoint" not in resp.headers
+
+
+def output_tokens(client) -> float:
+    """The gateway's count of output tokens read from answers' usage (the ResponseUsage path)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = text_string_to_metric_families(client.get("/metrics").text)
+    return sum(s.value for f in families for s in f.samples if s.name == "llm_d_epp_request_output_tokens_sum")
+
+
+def counts_tokens(client, send) -> None:
+    """`send()` returns the output tokens its answer carried; the gateway's count grows by them."""
+    before = output_tokens(client)
+    sent = send()
+    assert sent > 0
+    wait_until(lambda: output_tokens(client) - before == sent, timeout_s=5)
+
+
+def test_an_anthropic_streams_usage_is_read(claude, client):
+    def send() -> int:
+        with claude.messages.stream(model=MODEL, max_tokens=7, messages=[{"role": "user", "content": "hi"}]) as s:
+            final = s.get_final_message()
+        assert final.usage.input_tokens > 0
+        return final.usage.output_tokens
+
+    counts_tokens(client, send)
+
+
+def test_completions_logprobs_best_of_and_streamed_usage_pass_and_are_counted(oai, client):
+    out = oai.completions.create(model=MODEL, prompt="hello", max_tokens=3, logprobs=2, best_of=1)
+    assert len(out.choices[0].logprobs.tokens) == 3 and len(out.choices[0].logprobs.top_logprobs[0]) == 2
+    with pytest.raises(openai.BadRequestError, match="best_of") as err:  # vLLM V1's refusal comes back as is
+        oai.completions.create(model=MODEL, prompt="hello", max_tokens=3, best_of=3)
+    assert error_of(err.value)["param"] == "best_of"
+
+    def streamed() -> int:
+        chunks = list(oai.completions.create(model=MODEL, prompt="hello", max_tokens=5, logprobs=1, stream=True,
+                                             stream_options={"include_usage": True}))  # fmt: skip
+        assert all(c.choices[0].logprobs.tokens for c in chunks if c.choices)
+        return chunks[-1].usage.completion_tokens
+
+    counts_tokens(client, streamed)
 
 
 def test_removing_the_pinned_pod_is_a_503_while_it_drains_then_a_410(oai, client):

@@ -268,8 +268,16 @@ def test_oversized_headers_get_431(client):
 
 
 def test_unknown_route_and_wrong_method_are_openai_shaped(client):
-    is_openai_error(client.get("/v1/nothing-here"), 404, "NotFound")
-    is_openai_error(client.get("/v1/completions"), 405, "BadRequest")
+    assert "/v1/nothing-here" in is_openai_error(client.get("/v1/nothing-here"), 404, "NotFound")["message"]
+    assert "/v1/completions" in is_openai_error(client.get("/v1/completions"), 405, "BadRequest")["message"]
+
+
+def test_a_pods_own_operational_routes_are_not_passed_through(client):
+    """Any other path is a 404 naming it, never forwarded: a pod's own routes (the simulator's
+    /reset_prefix_cache, vLLM's /sleep) stay out of a client's reach."""
+    for path in ("/reset_prefix_cache", "/sleep", "/v1/load_lora_adapter"):
+        err = is_openai_error(client.post(path, json={"model": MODEL}), 404, "NotFound")
+        assert f"POST {path} is not a route" in err["message"]
 
 
 def test_api_key_is_required_on_the_openai_routes(gateway):
@@ -281,6 +289,25 @@ def test_api_key_is_required_on_the_openai_routes(gateway):
         assert anon.get("/health").status_code == 200  # probes need no key
         ok = anon.post("/v1/completions", json=body, headers=AUTH)
         assert ok.status_code == 200, ok.text
+
+
+def test_the_anthropic_routes_take_the_key_as_anthropic_clients_send_it(gateway):
+    """`x-api-key` (what the Anthropic SDK sends) opens /v1/messages; a wrong one is Anthropic's
+    authentication_error, and it opens no OpenAI route."""
+    import anthropic
+
+    turn = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=API_KEY, max_retries=0)
+    assert claude.messages.create(**turn).content[0].text
+    assert claude.messages.count_tokens(model=MODEL, messages=turn["messages"]).input_tokens > 0
+    with pytest.raises(anthropic.AuthenticationError) as err:
+        anthropic.Anthropic(base_url=gateway.url, api_key="sk-wrong", max_retries=0).messages.create(**turn)
+    assert err.value.body["error"]["type"] == "authentication_error"
+    as_bearer = anthropic.Anthropic(base_url=gateway.url, auth_token=API_KEY, max_retries=0)
+    assert as_bearer.messages.create(**turn).content[0].text
+    with httpx.Client(base_url=gateway.url, timeout=30) as anon:
+        body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
+        is_openai_error(anon.post("/v1/completions", json=body, headers={"x-api-key": API_KEY}), 401)
 
 
 def test_trace_and_pick_are_off_by_default(client):

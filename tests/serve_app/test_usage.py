@@ -8,7 +8,14 @@ import httpx
 import pytest
 
 from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
-from serve_app.gateway.usage import STREAM_TAIL_BYTES, usage_counts_of_body, usage_of_body, usage_of_stream
+from serve_app.gateway.usage import (
+    STREAM_HEAD_BYTES,
+    STREAM_TAIL_BYTES,
+    usage_counts_of_body,
+    usage_counts_of_stream,
+    usage_of_body,
+    usage_of_stream,
+)
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -71,3 +78,17 @@ def test_responses_and_anthropic_usage_count_the_same_tokens(url):
     message = {"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}
     answer = httpx.post(url + "/v1/messages", json=message, timeout=30)
     assert usage_of_body(answer.content) == (answer.json()["usage"]["input_tokens"], 3)
+
+
+def test_an_anthropic_streams_usage_is_its_start_and_its_last_delta(url):
+    """message_start carries the input tokens, message_delta the output: only both make the usage,
+    however far apart they are in a long stream."""
+    message = {"model": MODEL, "max_tokens": 200, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream("POST", url + "/v1/messages", json=message, timeout=30) as resp:
+        data = b"".join(resp.iter_raw())
+    read = httpx.post(url + "/v1/messages/count_tokens", json=message, timeout=30).json()["input_tokens"]
+    assert len(data) > 2 * STREAM_TAIL_BYTES  # the start is not in the tail
+    head, tail = data[:STREAM_HEAD_BYTES], data[-STREAM_TAIL_BYTES:]
+    counts = usage_counts_of_stream(tail, head)
+    assert counts is not None and counts[:2] == (read, 200)
+    assert usage_counts_of_stream(tail) is None  # a delta alone does not say what the request read
