@@ -37,6 +37,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     e2e.add_argument("--pods", type=int, default=4, help="e2e: the first N of the scenario's pods (default 4)")
     e2e.add_argument("--max-requests", type=int, default=400, help="e2e: the first N arrivals per rate (default 400)")
     e2e.add_argument("--time-scale", type=float, default=1.0, help="e2e: the simulated pods' latency scale")
+    e2e.add_argument(
+        "--api",
+        choices=("chat", "responses", "messages", "mixed"),
+        default="chat",
+        help="e2e: send chat requests over this API (responses: chained by previous_response_id; "
+        "mixed: each session one of the three); default chat",
+    )
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -117,7 +124,7 @@ def _e2e_setup(scenario: Any, policies: list[str] | None, args: argparse.Namespa
             print(f"{p}: not installed, skipped (pip install -e .[peers])", file=sys.stderr)
             continue
         run.append(p)
-    driver = E2EDriver(time_scale=args.time_scale, max_requests=args.max_requests)
+    driver = E2EDriver(time_scale=args.time_scale, max_requests=args.max_requests, api=args.api)
     return scenario, driver, ClusterSimDriver(args.scrape_interval), run
 
 
@@ -134,6 +141,8 @@ def _command(name: str, args: argparse.Namespace) -> str:
     if args.driver == "e2e":
         parts += ["--driver e2e --pods", str(args.pods), "--max-requests", str(args.max_requests)]
         parts += ["--time-scale", str(args.time_scale)]
+        if args.api != "chat":
+            parts += ["--api", args.api]
     if args.seed:
         parts += ["--seed", str(args.seed)]
     if args.scrape_interval != 0.05:

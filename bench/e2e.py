@@ -10,7 +10,10 @@ For each run (one target at one rate) `E2EDriver`:
    with the workload);
 3. replays the workload: each request's body is sent at `arrival_time x S` with `stream: true` and
    `stream_options.include_usage`, so TTFT (first streamed token), ITL and E2E are measured at the
-   client; `usage.prompt_tokens_details.cached_tokens` gives the prefix-cache hits; a 429 is a shed;
+   client; `usage.prompt_tokens_details.cached_tokens` gives the prefix-cache hits; a 429 is a shed.
+   With `api` other than chat, a chat request goes over the Responses API or Anthropic Messages
+   (bench/api_shapes.py: a Responses turn chains to its session's previous response and waits
+   for it), read back in that API's stream events and usage names;
 4. stops the router and the pods.
 
 Times in the outcomes are in the model's time (wall time / S), like the cluster simulation's, so
@@ -39,6 +42,7 @@ from typing import Any
 
 import aiohttp
 
+from bench.api_shapes import SESSION_HEADER, StreamReader, api_of, chains, request
 from bench.drivers import RunResult
 from bench.gateway_overhead import ROOT, _bin, _process, _wait_http
 from bench.metrics import ERROR, OK, SHED, Outcome, summarize
@@ -169,6 +173,7 @@ class E2EDriver:
     # Requests that bypass the router (bench.workloads.shared_pool's direct clients): each goes to a
     # pod drawn at random, as a Kubernetes Service would send it, and the router never sees it.
     bypass: Callable[[SimRequest], bool] | None = None
+    api: str = "chat"  # the API a chat request is sent over (bench/api_shapes.py)
 
     def run(self, policy: str, pods: list[PodConfig], workload: list[SimRequest], seed: int) -> RunResult:
         make = target(policy)
@@ -196,10 +201,11 @@ class E2EDriver:
     def _measure(self, bases: list[str], workers: list[str], workload: list[SimRequest], seed: int = 0) -> RunResult:
         wall0 = time.perf_counter()
         to = destinations(workload, bases, workers, self.bypass, seed)
-        replay = _replay(bases, workload, self.time_scale, self.timeout_s, self.warmup, to)
+        replay = _replay(bases, workload, self.time_scale, self.timeout_s, self.warmup, to, self.api)
         outcomes, warm_errors = asyncio.run(replay)
         metrics = summarize(outcomes)
         metrics["time_scale"] = self.time_scale
+        metrics["api"] = self.api
         metrics["wall_s"] = time.perf_counter() - wall0
         extra: dict[str, Any] = {}
         errors = [o.request_id for o in outcomes if o.status == ERROR]
@@ -240,10 +246,25 @@ def failure_split(outcomes: list[Outcome], key: Callable[[Outcome], str] | None 
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["n"]))
 
 
-def _url(base: str, body: dict[str, Any]) -> str:
+def _url(base: str, path: str) -> str:
     if not base.startswith(("http://127.0.0.1", "http://localhost")):
         raise ValueError(f"benchmarks only target 127.0.0.1, not {base}")
-    return f"{base}/v1/chat/completions" if "messages" in body else f"{base}/v1/completions"
+    return base + path
+
+
+def _previous_turns(workload: list[SimRequest], api: str) -> dict[str, SimRequest]:
+    """request id → its session's previous turn in `workload`, for the turns that chain to it
+    (bench/api_shapes.py); a session's first turn in the run starts its conversation afresh."""
+    last: dict[str, SimRequest] = {}
+    out = {}
+    for req in workload:
+        session = req.headers.get(SESSION_HEADER)
+        if session is None or not chains(api, req):
+            continue
+        if session in last:
+            out[req.request_id] = last[session]
+        last[session] = req
+    return out
 
 
 async def _replay(
@@ -253,8 +274,10 @@ async def _replay(
     timeout_s: float,
     warmup: int,
     to: list[str] | None = None,
+    api: str = "chat",
 ) -> tuple[list[Outcome], list[str]]:
-    """Sends request i to `to[i]` (default: the bases in turn), after `warmup` short requests."""
+    """Sends request i to `to[i]` (default: the bases in turn) over `api` (bench/api_shapes.py),
+    after `warmup` short requests."""
     # Idle connections are dropped before a server would close them (uvicorn, the gateway's
     # server: 5 s): else a request sent on one as it closes fails at once, ServerDisconnected.
     conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
@@ -265,7 +288,7 @@ async def _replay(
             body = {"model": workload[0].model if workload else "", "prompt": f"warm-up {i} " * 8, "max_tokens": 4}
             body.update(stream=True, stream_options={"include_usage": True})
             try:
-                async with s.post(_url(bases[i % len(bases)], body), json=body) as r:
+                async with s.post(_url(bases[i % len(bases)], "/v1/completions"), json=body) as r:
                     await r.read()
                     if r.status != 200:
                         warm_errors.append(f"{r.status}")
@@ -273,8 +296,12 @@ async def _replay(
                 warm_errors.append(repr(err))
         t0 = time.perf_counter() + 0.05
         progress = {r.request_id: _Progress() for r in workload}  # how far each got, for the ones cut off
+        previous = _previous_turns(workload, api)
+        ids = {r.request_id: asyncio.get_running_loop().create_future() for r in workload}  # Responses ids
         tasks = [
-            asyncio.create_task(_one(s, base, req, t0, scale, progress[req.request_id]))
+            asyncio.create_task(
+                _one(s, base, req, t0, scale, progress[req.request_id], api, previous.get(req.request_id), ids)
+            )
             for base, req in zip(to or [bases[i % len(bases)] for i in range(len(workload))], workload, strict=True)
         ]
         last = max((r.arrival_time for r in workload), default=0.0) * scale
@@ -337,21 +364,58 @@ async def _refused(req: SimRequest, r: aiohttp.ClientResponse, after: float, sca
 
 
 async def _one(
-    s: aiohttp.ClientSession, base: str, req: SimRequest, t0: float, scale: float, progress: _Progress | None = None
+    s: aiohttp.ClientSession,
+    base: str,
+    req: SimRequest,
+    t0: float,
+    scale: float,
+    progress: _Progress | None = None,
+    api: str = "chat",
+    previous: SimRequest | None = None,
+    ids: dict[str, asyncio.Future[str | None]] | None = None,
+) -> Outcome:
+    """One request over `api`; a turn that chains to `previous` waits for its response id (in
+    `ids`, where this turn leaves its own, or None when it fails)."""
+    reader = StreamReader(api_of(api, req))
+    try:
+        return await _send(s, base, req, t0, scale, progress, api, previous, ids, reader)
+    finally:
+        mine = None if ids is None else ids.get(req.request_id)
+        if mine is not None and not mine.done():
+            mine.set_result(reader.response_id if reader.done and reader.error is None else None)
+
+
+async def _send(
+    s: aiohttp.ClientSession,
+    base: str,
+    req: SimRequest,
+    t0: float,
+    scale: float,
+    progress: _Progress | None,
+    api: str,
+    previous: SimRequest | None,
+    ids: dict[str, asyncio.Future[str | None]] | None,
+    reader: StreamReader,
 ) -> Outcome:
     p = _Progress() if progress is None else progress
     await asyncio.sleep(max(0.0, t0 + req.arrival_time * scale - time.perf_counter()))
-    body = {**req.body, "stream": True, "stream_options": {"include_usage": True}}
+    chained = None
+    if previous is not None and ids is not None:
+        p.stage = "waiting for the previous turn's answer"
+        response_id = await ids[previous.request_id]
+        if response_id is None:
+            return _failed(req, reason="previous turn failed", detail=f"{previous.request_id} left no response id")
+        chained = (previous, response_id)
+    path, body = request(api, req, chained)
     headers = dict(req.headers)
     if req.priority:
         headers.setdefault(PRIORITY_HEADER, str(req.priority))
     sent = p.sent = time.perf_counter()
     first = last = math.nan
-    usage: dict[str, Any] = {}
     finished = False
     p.stage = "no answer yet"
     try:
-        async with s.post(_url(base, body), json=body, headers=headers) as r:
+        async with s.post(_url(base, path), json=body, headers=headers) as r:
             if r.status != 200:
                 return await _refused(req, r, time.perf_counter() - sent, scale)
             p.stage = "headers, no token yet"
@@ -360,29 +424,26 @@ async def _one(
                 now = time.perf_counter()
                 buf += chunk
                 *events, buf = buf.split(b"\n\n")
-                for ev in events:
-                    data = ev.strip()
-                    if not data.startswith(b"data:"):
+                for ev in events:  # `data:` (after an `event:` line, in the Responses and Anthropic streams)
+                    data = next((ln[5:].strip() for ln in ev.split(b"\n") if ln.startswith(b"data:")), None)
+                    if data is None:
                         continue
-                    data = data[5:].strip()
                     if data == b"[DONE]":
                         finished = True
                         continue
-                    msg = json.loads(data)
-                    if msg.get("error"):  # the gateway ends a stream its upstream broke with an error event
-                        err = msg["error"]
+                    texted = reader.feed(json.loads(data))
+                    if reader.error is not None:  # the gateway ends a stream its upstream broke with an error event
+                        err = reader.error
                         reason = f"stream error event {err.get('code') or ''}".rstrip()
                         after = f"(after {now - sent:.1f} s wall, {'no' if math.isnan(first) else 'some'} tokens)"
                         return _failed(req, reason=reason, detail=f"{str(err.get('message'))[:200]} {after}")
-                    if msg.get("usage"):
-                        usage = msg["usage"]
-                    for c in msg.get("choices") or ():
-                        if c.get("text") or (c.get("delta") or {}).get("content"):
-                            if math.isnan(first):
-                                first = p.first = now
-                                p.stage = "streaming"
-                            last = p.last = now
-                            p.tokens += 1
+                    if texted:
+                        if math.isnan(first):
+                            first = p.first = now
+                            p.stage = "streaming"
+                        last = p.last = now
+                        p.tokens += 1
+            finished = finished or reader.done
     except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as err:
         # before the answer's head: connect error, reset; after it: the stream was cut mid-way
         where = "client" if p.stage == "no answer yet" else "stream cut:"
@@ -391,8 +452,7 @@ async def _one(
     if not finished or math.isnan(first):
         reason = "stream ended without [DONE]" if not finished else "stream without tokens"
         return _failed(req, reason=reason, detail=f"after {time.perf_counter() - sent:.1f} s wall")
-    out_tokens = int(usage.get("completion_tokens") or 0)
-    details = usage.get("prompt_tokens_details") or {}
+    prompt_tokens, out_tokens, cached_tokens = reader.counts()
     return Outcome(
         request_id=req.request_id,
         status=OK,
@@ -402,7 +462,7 @@ async def _one(
         ttft=(first - sent) / scale,
         itl=(last - first) / (out_tokens - 1) / scale if out_tokens > 1 else math.nan,
         e2e=(last - sent) / scale,
-        prompt_tokens=int(usage.get("prompt_tokens") or req.prompt_tokens),
-        cached_tokens=int(details.get("cached_tokens") or 0),
+        prompt_tokens=prompt_tokens or req.prompt_tokens,
+        cached_tokens=cached_tokens,
         output_tokens=out_tokens,
     )

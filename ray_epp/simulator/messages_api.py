@@ -158,7 +158,7 @@ class MessagesApi:
         await resp.write(_event("content_block_stop", index=0))
         final = self._message(r, body, [], r.num_output)
         await resp.write(_event("message_delta", delta={"stop_reason": final["stop_reason"], "stop_sequence": None},
-                                usage={"output_tokens": r.num_output}))  # fmt: skip
+                                usage=final["usage"]))  # cumulative, the input's cache reads included  # fmt: skip
         await resp.write(_event("message_stop"))
         await resp.write_eof()
         return resp
