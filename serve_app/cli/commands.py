@@ -206,8 +206,16 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         return 1
     if summary:
         print("\n".join(f"# {line}" for line in summary.splitlines()))
+    print(_routes_comment())
     print(yaml.safe_dump(dump_config(report.config), sort_keys=False), end="")
     return 0
+
+
+def _routes_comment() -> str:
+    """The gateway's routes and how each is scheduled (serve_app/api_views.py), as YAML comments."""
+    from serve_app.api_views import ROUTE_TABLE
+
+    return "\n".join(["# routes (how the gateway schedules each):", *(f"#   {r}: {how}" for r, how in ROUTE_TABLE)])
 
 
 def _version() -> str:

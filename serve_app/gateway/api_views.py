@@ -175,6 +175,21 @@ VIEWS = {
 }
 
 
+_JSON_LOAD_PATHS = [p for p in LOAD_VIEWS if p not in FORM_PATHS]
+# Every route of the gateway and how it is scheduled: what `epp validate` lists (README, "Routes").
+ROUTE_TABLE = (
+    ("POST /v1/completions, /v1/chat/completions", "every profile, prefix affinity; the P/D hand-off when configured"),
+    ("POST /v1/responses", "as chat (instructions + input items as messages); a previous_response_id: only its pod"),
+    ("GET, DELETE /v1/responses/{id}, POST .../cancel", "to the pod that made the response; not scheduled"),
+    ("POST /v1/messages", "as chat (tools, system, turns as messages); Anthropic-shaped errors, x-api-key"),
+    (f"POST {COUNT_TOKENS_PATH}", "by load; Anthropic-shaped errors, x-api-key"),
+    ("POST " + ", ".join(_JSON_LOAD_PATHS), "by load: no prompt for the prefix plugins; model and LoRA filters"),
+    ("POST " + ", ".join(sorted(FORM_PATHS)), "by load; the multipart form forwarded whole (model, stream read)"),
+    ("GET /v1/models, /health, /ready, /metrics", "answered by the gateway"),
+    ("any other path", "404 naming it; never passed to a pod"),
+)
+
+
 def scheduling_view(path: str, body: dict[str, Any]) -> dict[str, Any]:
     view = VIEWS.get(path) or (chat_view if path.endswith("/chat/completions") else completions_view)
     return view(body)
