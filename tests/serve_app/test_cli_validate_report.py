@@ -19,7 +19,7 @@ def test_epp_validate_shows_the_report(tmp_path, capsys):
     assert "# accepted  featureGates[0] 'haPopulateNonLeaderDatastore': every gateway replica" in out
     assert "kind: EndpointPickerConfig" in out
     routes = [line for line in out.splitlines() if line.startswith("#   POST") or line.startswith("#   any")]
-    assert any("/v1/responses " in r and "previous_response_id" in r for r in routes)
+    assert any("/v1/responses:" in r and "previous_response_id" in r for r in routes)
     assert any("/v1/audio/transcriptions" in r and "by load" in r for r in routes)
     assert any(r.startswith("#   any other path") and "404" in r for r in routes)
     assert main(["validate", str(REFUSED_DIR / "sim-epp-gpu-config.yaml")]) == 1
