@@ -38,6 +38,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     e2e.add_argument("--max-requests", type=int, default=400, help="e2e: the first N arrivals per rate (default 400)")
     e2e.add_argument("--time-scale", type=float, default=1.0, help="e2e: the simulated pods' latency scale")
     e2e.add_argument(
+        "--start-timeout", type=float, default=120.0, help="e2e: seconds a target may take to start (default 120)"
+    )
+    e2e.add_argument(
         "--api",
         choices=("chat", "responses", "messages", "mixed"),
         default="chat",
@@ -124,7 +127,8 @@ def _e2e_setup(scenario: Any, policies: list[str] | None, args: argparse.Namespa
             print(f"{p}: not installed, skipped (pip install -e .[peers])", file=sys.stderr)
             continue
         run.append(p)
-    driver = E2EDriver(time_scale=args.time_scale, max_requests=args.max_requests, api=args.api)
+    driver = E2EDriver(time_scale=args.time_scale, max_requests=args.max_requests, api=args.api,
+                       start_timeout_s=args.start_timeout)  # fmt: skip
     return scenario, driver, ClusterSimDriver(args.scrape_interval), run
 
 
@@ -143,6 +147,8 @@ def _command(name: str, args: argparse.Namespace) -> str:
         parts += ["--time-scale", str(args.time_scale)]
         if args.api != "chat":
             parts += ["--api", args.api]
+        if args.start_timeout != 120.0:
+            parts += ["--start-timeout", str(args.start_timeout)]
     if args.seed:
         parts += ["--seed", str(args.seed)]
     if args.scrape_interval != 0.05:
