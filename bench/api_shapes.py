@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_epp.simulator import SimRequest
-from serve_app.usage import usage_counts
+from serve_app.gateway.usage import usage_counts
 
 APIS = ("chat", "responses", "messages", "mixed")
 SESSION_HEADER = "x-session-id"

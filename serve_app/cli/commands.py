@@ -212,8 +212,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _routes_comment() -> str:
-    """The gateway's routes and how each is scheduled (serve_app/api_views.py), as YAML comments."""
-    from serve_app.api_views import ROUTE_TABLE
+    """The gateway's routes and how each is scheduled (serve_app/gateway/api_views.py), as YAML comments."""
+    from serve_app.gateway.api_views import ROUTE_TABLE
 
     return "\n".join(["# routes (how the gateway schedules each):", *(f"#   {r}: {how}" for r, how in ROUTE_TABLE)])
 

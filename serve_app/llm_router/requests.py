@@ -1,5 +1,5 @@
 """The scheduler's request from a Ray Serve pending request: the OpenAI-shaped body among the
-handle call's arguments, seen as the gateway sees that API (serve_app/api_views.py), and the target
+handle call's arguments, seen as the gateway sees that API (serve_app/gateway/api_views.py), and the target
 model (a multiplexed model id is a LoRA adapter).
 
 Which API a request is comes from the handle method it calls (`call_method`): Ray Serve LLM's
@@ -17,8 +17,8 @@ from ray.serve.request_router import PendingRequest
 
 from actors.protocol import SCHEDULING_BODY_FIELDS
 from scheduler import LLMRequest
-from serve_app.api_views import COUNT_TOKENS_PATH, MESSAGES_PATH, PROMPT_FIELDS, RESPONSES_PATH, scheduling_view
-from serve_app.errors import GatewayError
+from serve_app.gateway.api_views import COUNT_TOKENS_PATH, MESSAGES_PATH, PROMPT_FIELDS, RESPONSES_PATH, scheduling_view
+from serve_app.gateway.errors import GatewayError
 
 # handle method → the API it serves (its route on Ray Serve LLM's OpenAI ingress)
 METHOD_PATHS = {

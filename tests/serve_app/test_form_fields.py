@@ -1,4 +1,4 @@
-"""The gateway's reading of a multipart form (serve_app/form_fields.py) on bodies as real clients
+"""The gateway's reading of a multipart form (serve_app/gateway/form_fields.py) on bodies as real clients
 encode them (httpx's encoder, which the openai SDK uses): text fields decoded, a file part named
 by its file name and never decoded, and a malformed form a 400 that says why."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from serve_app.errors import GatewayError
-from serve_app.form_fields import form_fields
+from serve_app.gateway.errors import GatewayError
+from serve_app.gateway.form_fields import form_fields
 
 AUDIO = bytes(range(256)) * 64  # every byte value, CR and LF and '-' included
 

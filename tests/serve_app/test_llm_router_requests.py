@@ -15,7 +15,7 @@ from ray.serve._private.common import RequestMetadata
 from ray.serve.request_router import PendingRequest
 
 from bench.llm_router_decision import replicas, router
-from serve_app.llm_requests import body_of
+from serve_app.llm_router.requests import body_of
 
 SYSTEM = "a long shared system prompt for every API " * 30
 CHAT = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"}]}
