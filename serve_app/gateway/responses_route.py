@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
     from serve_app.gateway.core import GatewayCore
 
 PIN_CALL_TIMEOUT_S = 5.0
+# A pod the datastore has routable may be missing from a replica's view for a moment (a pod that
+# was stale a moment ago, the view a version behind): a follow-up waits this long for the view.
+VIEW_CATCH_UP_S = 2.0
+VIEW_POLL_S = 0.05
 _ID = re.compile(rb'"id"\s*:\s*"([^"]+)"')  # a stream's first id: its response.created event's response
 ID_SEARCH_BYTES = 65536  # how much of a stream's start may hold the response's id
 
@@ -130,10 +135,25 @@ async def pinned_endpoint(core: GatewayCore, response_id: str, param: str) -> En
             code="response_pod_gone",
             param=param,
         )
-    for endpoint in core.view.endpoints:
-        if endpoint.name == pod:
-            return endpoint
+    endpoint = await _in_view(core, pod, VIEW_CATCH_UP_S if state == "ready" else 0.0)
+    if endpoint is not None:
+        return endpoint
+    if state == "ready":  # the datastore has it routable; this replica's view did not catch up
+        raise _unavailable(response_id, param, f"pod {pod!r} is not yet in this gateway replica's view of the pool")
     raise _unavailable(response_id, param, f"pod {pod!r} is {state}")
+
+
+async def _in_view(core: GatewayCore, pod: str, wait_s: float) -> Endpoint | None:
+    """The pod's endpoint in the replica's view, waiting up to `wait_s` for the view (long-polled
+    from the datastore) to take a version that holds it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for endpoint in core.view.endpoints:
+            if endpoint.name == pod:
+                return endpoint
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(VIEW_POLL_S)
 
 
 def _unavailable(response_id: str, param: str, why: str) -> GatewayError:
