@@ -81,8 +81,8 @@ def test_responses_and_anthropic_usage_count_the_same_tokens(url):
 
 
 def test_an_anthropic_streams_usage_is_its_start_and_its_last_delta(url):
-    """message_start carries the input tokens, message_delta the output: only both make the usage,
-    however far apart they are in a long stream."""
+    """message_start carries the input tokens, the last message_delta the output (and, in newer
+    streams, the input again): together they make the usage, however far apart in a long stream."""
     message = {"model": MODEL, "max_tokens": 200, "messages": [{"role": "user", "content": "hi"}], "stream": True}
     with httpx.stream("POST", url + "/v1/messages", json=message, timeout=30) as resp:
         data = b"".join(resp.iter_raw())
@@ -91,4 +91,8 @@ def test_an_anthropic_streams_usage_is_its_start_and_its_last_delta(url):
     head, tail = data[:STREAM_HEAD_BYTES], data[-STREAM_TAIL_BYTES:]
     counts = usage_counts_of_stream(tail, head)
     assert counts is not None and counts[:2] == (read, 200)
-    assert usage_counts_of_stream(tail) is None  # a delta alone does not say what the request read
+    # a delta with the output alone (Anthropic's older streams): the input comes from message_start
+    output_only = (b'event: message_delta\ndata: {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, '
+                   b'"usage": {"output_tokens": 200}}\n\n')  # fmt: skip
+    assert usage_counts_of_stream(output_only, head)[:2] == (read, 200)
+    assert usage_counts_of_stream(output_only) is None  # without its start, it does not say what was read
