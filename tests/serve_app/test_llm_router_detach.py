@@ -64,5 +64,8 @@ def test_decision_traces_hold_each_scorers_scores_of_the_last_decisions():
     assert last["picked"] == [chosen[-1]]
     scorers = {s["plugin"]: s["scores"] for s in last["scorers"]}
     names = {r.replica_id.unique_id for r in replicas(4)}
-    assert "prefix-cache-scorer" in scorers and set(scorers["prefix-cache-scorer"]) == names
+    filtered = [f["plugin"] for f in last["filters"]]
+    assert filtered and set(last["filters"][0]["kept"]) | set(last["filters"][0]["removed"]) == names
+    # the scorers score what the filters kept (the default's sticky filter keeps the prefix's home)
+    assert "prefix-cache-scorer" in scorers and set(scorers["prefix-cache-scorer"]) == set(last["filters"][-1]["kept"])
     assert not router().decision_traces  # off by default
