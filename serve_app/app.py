@@ -23,7 +23,7 @@ from actors.metrics_hub import get_or_create_hub
 from actors.package_check import require_package_on_every_node
 from ray_epp import __version__
 from scheduler import dump_config, load_config_file
-from serve_app.cli.launch import DEFAULT_CONFIG
+from serve_app.cli.launch import DEFAULT_CONFIG, decision_log_for
 from serve_app.gateway.deployment import Gateway
 from serve_app.gateway.settings import GatewaySettings, load_settings_file
 
@@ -44,5 +44,11 @@ def build_app(args: dict[str, Any]) -> Application:
             raise ValueError("ext_proc_port needs the gateway port (port): every replica serves both")
         ingress["ext_proc_port"] = int(args["ext_proc_port"])
     return Gateway.options(num_replicas=int(args.get("replicas", 1))).bind(
-        dump_config(cfg), settings.model_dump(), actors.datastore, actors.shards, get_or_create_hub(), ingress
+        dump_config(cfg),
+        settings.model_dump(),
+        actors.datastore,
+        actors.shards,
+        get_or_create_hub(),
+        ingress,
+        decision_log_for(settings),
     )

@@ -10,10 +10,13 @@ both OpenAI-shaped; the comparison is constant-time. The admin token is not the 
                                        sources' status (a watched file's last error)
     POST   /admin/pods                 {name, address, port, labels}: add, or replace that name
     DELETE /admin/pods/{name}?drain=   drain it (default) or, with drain=false, remove it at once
+    GET    /admin/decisions?limit=     the newest recorded decisions (`decision_record_ratio`)
+    GET    /admin/decisions/{request_id}  why that request went where it went (`epp explain`)
 
 The datastore actor owns the pod set: every call goes there, so any replica may serve it. A pod that
-a managed source (a watched pods file) owns is the source's: changing it here is 409."""
-
+a managed source (a watched pods file) owns is the source's: changing it here is 409.
+Decisions are read from the gateway's decision log actor, so any replica finds any replica's
+(serve_app/gateway/decision_record.py)."""
 
 import asyncio
 import hmac
@@ -27,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 
 from actors.launcher import PodsFileError, parse_pods
 from actors.pod_source import PodConflict
+from serve_app.gateway.core.decision_record import DecisionRecorder, explained
 from serve_app.gateway.errors import GatewayError, bad_request, no_route
 
 log = logging.getLogger("ray_epp.gateway.admin")
@@ -38,9 +42,10 @@ DATASTORE_TIMEOUT_S = 30.0
 class AdminApi:
     """What the admin routes do in one gateway replica: check the token, call the datastore."""
 
-    def __init__(self, token: str | None, datastore: Any) -> None:
+    def __init__(self, token: str | None, datastore: Any, decisions: DecisionRecorder | None = None) -> None:
         self._expected = f"Bearer {token}".encode() if token else None
         self._datastore = datastore
+        self._decisions = decisions
 
     def check(self, http: Request) -> None:
         if self._expected is None:
@@ -94,6 +99,50 @@ class AdminApi:
             raise GatewayError(404, f"no pod named {name!r}", code="NotFound")
         return {"removed": name, "draining": drain}
 
+    def _recorder(self) -> DecisionRecorder:
+        if self._decisions is None:
+            raise GatewayError(
+                404,
+                "the decision record is off: set the gateway setting decision_record_ratio (0 < ratio <= 1)",
+                code="decision_record_off",
+            )
+        return self._decisions
+
+    async def decision(self, request_id: str) -> dict[str, Any]:
+        recorder = self._recorder()
+        try:
+            records = await recorder.lookup(request_id)
+        except Exception as err:
+            raise GatewayError(503, f"the decision log did not answer: {type(err).__name__}") from None
+        if not records:
+            raise GatewayError(
+                404,
+                f"no decision recorded for request id {request_id!r}: the record keeps the newest "
+                f"{recorder.size} requests, {recorder.ratio:g} of them (decision_record_ratio)",
+                code="NotFound",
+            )
+        return {"request_id": request_id, "decisions": [explained(r) for r in records]}
+
+    async def decisions(self, http: Request) -> dict[str, Any]:
+        recorder = self._recorder()
+        raw = http.query_params.get("limit", "20")
+        if not raw.isdigit() or not 1 <= int(raw) <= recorder.size:
+            raise bad_request(f"'limit' must be an integer from 1 to {recorder.size}", param="limit")
+        try:
+            found = await recorder.recent(int(raw))
+        except Exception as err:
+            raise GatewayError(503, f"the decision log did not answer: {type(err).__name__}") from None
+        found["decisions"] = [_summary(r) for r in found["decisions"]]
+        return {**found, "ratio": recorder.ratio}
+
+
+def _summary(record: dict[str, Any]) -> dict[str, Any]:
+    """A decision in one line: who, when, where, and by how much it won."""
+    full = explained(record)
+    primary = full["profiles"].get(record["primary_profile"] or "", {})
+    keys = ("request_id", "at", "model", "gateway", "outcome", "error", "target", "primary_profile")
+    return {**{k: record[k] for k in keys}, "margin": primary.get("margin")}
+
 
 def _cause(err: Exception) -> str:
     """The message of the exception a Ray actor raised (its RayTaskError adds a traceback)."""
@@ -124,5 +173,13 @@ def admin_router(api: Callable[[], AdminApi]) -> APIRouter:
     @router.delete("/pods/{name}")
     async def remove_pod(request: Request, name: str) -> Response:
         return await answer(request, lambda a: a.remove_pod(name, request))
+
+    @router.get("/decisions")
+    async def decisions(request: Request) -> Response:
+        return await answer(request, lambda a: a.decisions(request))
+
+    @router.get("/decisions/{request_id}")
+    async def decision(request: Request, request_id: str) -> Response:
+        return await answer(request, lambda a: a.decision(request_id))
 
     return router

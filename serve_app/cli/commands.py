@@ -61,6 +61,12 @@ def _pods_module() -> ModuleType:
     return pods_cli
 
 
+def _explain_module() -> ModuleType:
+    from serve_app.cli import explain
+
+    return explain
+
+
 @dataclass(frozen=True, slots=True)
 class Subcommand:
     """A command another module provides, as `add_<name>_arguments(parser)` and `run_<name>(args)`."""
@@ -75,6 +81,7 @@ SUBCOMMANDS = (
     Subcommand("bench", "routing-quality benchmarks (cluster simulation or end to end), with a report", _bench_module),
     Subcommand("up", "start the gateway (default: local Ray, 4 simulated pods, the default config)", _up_module),
     Subcommand("pods", "list, add or remove a running gateway's pods (its admin route, admin_token)", _pods_module),
+    Subcommand("explain", "why a request went where it went: a running gateway's decision record", _explain_module),
 )
 
 

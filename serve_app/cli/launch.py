@@ -218,6 +218,7 @@ class EppDeployment:
             self.actors.shards,
             self.hub,
             {"host": spec.host, "port": spec.port, "ext_proc_port": spec.ext_proc_port},
+            decision_log_for(gw_settings),
         )
         try:
             serve.run(gateway, name=spec.app_name, route_prefix="/")
@@ -250,12 +251,14 @@ class EppDeployment:
             else:  # someone else's Ray (a joined cluster, a notebook's, a test session's): its Serve
                 serve.delete(self.app_name)  # and other applications stay; only ours goes
         if self.actors is not None:
+            from actors.decision_log import stop_decision_log
             from actors.launcher import stop_epp_actors
             from actors.metrics_hub import stop_hub
 
             with contextlib.suppress(Exception):
                 stop_epp_actors(self.actors)
             stop_hub()
+            stop_decision_log()
         if self.owns_ray:
             with contextlib.suppress(Exception):
                 ray.shutdown()
@@ -266,6 +269,15 @@ class EppDeployment:
 
 
 DEFAULT_CONFIG = "default"  # the shipped config of that name (scheduler/config/source.py)
+
+
+def decision_log_for(settings: Any) -> Any:
+    """The decision log actor the gateway replicas share, when the settings record decisions."""
+    if settings.decision_record_ratio <= 0:
+        return None
+    from actors.decision_log import get_or_create_decision_log
+
+    return get_or_create_decision_log()
 
 
 def _start_sim(n: int, time_scale: float, overrides: dict) -> tuple[Any, list[Any]]:

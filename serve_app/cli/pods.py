@@ -27,11 +27,16 @@ class AdminError(Exception):
         self.status = status
 
 
+def add_admin_options(p: argparse.ArgumentParser) -> None:
+    """The options of a command that calls the admin route: the gateway's URL, the token's file."""
+    default_url = os.environ.get(URL_ENV, "http://127.0.0.1:8000")
+    p.add_argument("--url", default=default_url, help="the gateway (default %(default)s, or $EPP_URL)")
+    p.add_argument("--token-file", help=f"file holding the admin token (default: ${TOKEN_ENV})")
+
+
 def add_pods_arguments(p: argparse.ArgumentParser) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    default_url = os.environ.get(URL_ENV, "http://127.0.0.1:8000")
-    common.add_argument("--url", default=default_url, help="the gateway (default %(default)s, or $EPP_URL)")
-    common.add_argument("--token-file", help=f"file holding the admin token (default: ${TOKEN_ENV})")
+    add_admin_options(common)
     sub = p.add_subparsers(dest="pods_command", required=True)
     ls = sub.add_parser("list", parents=[common], help="every pod: state, source, draining; the pod sources' status")
     ls.add_argument("--json", action="store_true", help="print the admin route's JSON")
@@ -49,7 +54,7 @@ def add_pods_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_pods(args: argparse.Namespace) -> int:
     try:
-        token = _token(args.token_file)
+        token = read_admin_token(args.token_file)
         client = AdminClient(args.url, token)
         if args.pods_command == "list":
             return _list(client, args.json)
@@ -64,7 +69,7 @@ def run_pods(args: argparse.Namespace) -> int:
         return 2
 
 
-def _token(path: str | None) -> str:
+def read_admin_token(path: str | None) -> str:
     if path:
         try:
             return Path(path).read_text().strip()

@@ -33,6 +33,7 @@ from scheduler.interfaces import DataPreparer
 from scheduler.loop import prepare_data
 from scheduler.trace import SchedulingTrace
 from serve_app.admin.api import AdminApi
+from serve_app.gateway.core.decision_record import DecisionRecorder
 from serve_app.gateway.disagg import hand_off
 from serve_app.gateway.endpoint_view import EndpointView
 from serve_app.gateway.errors import GatewayError
@@ -40,7 +41,7 @@ from serve_app.gateway.exchange import Exchange
 from serve_app.gateway.flow_gate import FlowGate
 from serve_app.gateway.forwarder import Forwarder, UpstreamUnavailable, relay, response_headers
 from serve_app.gateway.intake import RequestIntake
-from serve_app.gateway.parsing import ParsedRequest, parse_request
+from serve_app.gateway.parsing import REQUEST_ID_HEADER, ParsedRequest, parse_request
 from serve_app.gateway.ray_runner import RayProfileRunner
 from serve_app.gateway.request_metrics import GatewayMetrics
 from serve_app.gateway.route_hooks import RouteHooks
@@ -74,8 +75,16 @@ class GatewayCore:
     benchmarked on its own)."""
 
     def __init__(
-        self, config: dict, settings: dict, datastore: Any, profile_actors: dict[str, Any], hub: Any | None
+        self,
+        config: dict,
+        settings: dict,
+        datastore: Any,
+        profile_actors: dict[str, Any],
+        hub: Any | None,
+        decision_log: Any = None,
     ) -> None:
+        """`decision_log`: the DecisionLog actor the replicas share (None: each replica keeps its
+        own decision record, when `decision_record_ratio` asks for one)."""
         cfg = load_config(config)
         built = build_plugins(cfg)
         self.handler = built.handler
@@ -109,7 +118,12 @@ class GatewayCore:
         self.view = EndpointView(datastore, min_interval_s=s.snapshot_min_interval_s)
         self.forwarder = Forwarder(s.connect_timeout_s, s.upstream_timeout_s, s.first_byte_timeout_s)
         self.intake = RequestIntake(s)
-        self.admin = AdminApi(s.admin_token, datastore)
+        self.decisions = (
+            DecisionRecorder(s.decision_record_ratio, s.decision_record_size, decision_log, f"gateway-{os.getpid()}")
+            if s.decision_record_ratio > 0
+            else None
+        )
+        self.admin = AdminApi(s.admin_token, datastore, self.decisions)
         self.metrics = GatewayMetrics(
             self.recorder, self.model_label, self.priority_label, lambda: self.intake.in_flight
         )
@@ -138,6 +152,8 @@ class GatewayCore:
         if not self._started:
             self._started = True
             self.view.start()
+            if self.decisions is not None:
+                self.decisions.start()
             if self.pusher is not None:
                 self.pusher.start()
 
@@ -145,6 +161,10 @@ class GatewayCore:
     async def schedule(self, request: LLMRequest, trace: SchedulingTrace | None = None) -> SchedulingResult:
         start = time.perf_counter()
         result: SchedulingResult | None = None
+        failure: SchedulingError | None = None
+        recorded = self.decisions is not None and self.decisions.samples(request.request_id)
+        if recorded and trace is None:
+            trace = SchedulingTrace()
         cycle_state = CycleState()
         try:
             if self.preparers:  # e.g. a burst window: it batches this replica's arrivals
@@ -160,7 +180,8 @@ class GatewayCore:
                 self.recorder.plugin_timer,
             )
             return result
-        except SchedulingError:
+        except SchedulingError as err:
+            failure = err
             self.runner.withdraw(request)
             raise
         except BaseException:  # cancelled (the client left) or a bug: the decisions made are not used
@@ -168,6 +189,8 @@ class GatewayCore:
             raise
         finally:
             self.metrics.scheduled(request, result, time.perf_counter() - start, cycle_state, self.handler)
+            if recorded and (result is not None or failure is not None):
+                self.decisions.record(request, result, trace, failure)  # type: ignore[union-attr]
 
     def known_models(self) -> set[str] | None:
         """Models some pod serves (None: do not check): what pods list, plus adapters they run."""
@@ -372,6 +395,8 @@ class GatewayCore:
         headers = response_headers(upstream)
         headers.update(self.header_hooks.response_headers(req, result))
         headers[DESTINATION_HEADER] = target.host_port
+        if self.decisions is not None and not any(k.lower() == REQUEST_ID_HEADER for k in headers):
+            headers[REQUEST_ID_HEADER] = req.request_id  # what `epp explain` asks for
         if trace is not None:
             headers["x-epp-trace"] = json.dumps({**result.to_json(), "trace": trace.to_json()}, separators=(",", ":"))
         is_sse = parsed.stream and upstream.status == 200

@@ -53,8 +53,9 @@ class Gateway:
         profile_actors: dict,
         hub: Any = None,
         ingress: dict | None = None,
+        decision_log: Any = None,
     ) -> None:
-        self.core = GatewayCore(config, settings, datastore, profile_actors, hub)
+        self.core = GatewayCore(config, settings, datastore, profile_actors, hub, decision_log)
         self._ingress: SharedPortServer | None = None
         self._ext_proc: Any = None
         if ingress is not None:

@@ -122,6 +122,13 @@ class GatewaySettings(BaseModel):
     tracing_service_name: str = Field(default="ray-epp-gateway", min_length=1)
     tracing_otlp_endpoint: str | None = None
     tracing_exporter: Literal["otlp", "none"] = "otlp"
+    # The decision record (docs/OBSERVABILITY.md, "Why it went there"): the share of requests
+    # (by the hash of their request id) whose decision is kept, each filter's survivors and each
+    # scorer's scores per endpoint, for GET /admin/decisions and `epp explain` (the admin_token's
+    # routes). 0, the default: none. `decision_record_size`: the requests kept over every replica
+    # (the newest; a record is a few KB with a handful of endpoints, tens of KB with a hundred).
+    decision_record_ratio: float = Field(default=0.0, ge=0, le=1)
+    decision_record_size: int = Field(default=1000, ge=1, le=100_000)
 
 
 def load_settings_file(path: str | Path) -> GatewaySettings:
