@@ -84,6 +84,7 @@ from serve_app.llm_router.router_stats import (  # the stats' public names, here
 )
 from serve_app.llm_router.scrapers import ReplicaScrapers
 from serve_app.llm_router.stats import published_queue
+from serve_app.llm_router.tracing import ChooseSpan, router_tracing
 
 log = logging.getLogger("ray_epp.serve.llm_router")
 
@@ -120,6 +121,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         learn_on_decision: bool = True,
         infer_first_token: bool = True,
         trace_decisions: int = 0,
+        tracing: dict[str, Any] | None = None,
         **_: Any,
     ) -> None:
         """Called by Serve with `request_router_kwargs`. `config`: a path or YAML text (None: Ray
@@ -136,15 +138,18 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         (serve_app/llm_router/first_token.py); False: a request's prompt counts until it completes.
         `trace_decisions`: keep the scheduling traces (each scorer's scores, the picks) of the last
         this many decisions in `decision_traces`, by internal request id, to see why a request
-        went where it went (costs a little per decision; 0: none)."""
+        went where it went (costs a little per decision; 0: none). `tracing`: OpenTelemetry spans
+        of `choose_replicas` (serve_app/llm_router/tracing.py; None: off)."""
         self._cfg = read_config(config)
         # What it can not run is refused here, never run as something else. Serve builds the router
         # inside its long-poll callback, where an exception leaves every request waiting for a
         # router that never comes: so the refusal is kept, logged, and fails each request instead.
         self.refused: RouterConfigError | None = None
+        self.tracing = None
         try:
             check_router_config(self._cfg)
             scraping = scrape_options(self._cfg, scrape, scrape_metrics)
+            self.tracing = router_tracing(tracing)
         except RouterConfigError as err:
             self.refused, scraping, scrape_metrics = err, ActorOptions(), False
             log.error("EPPRequestRouter for %s refuses its config; every request fails: %s", self._deployment_id, err)
@@ -276,10 +281,15 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             self.counters.refused += 1
             return [candidate_replicas]
         started = time.perf_counter()
+        span = ChooseSpan.begin(self.tracing, pending_request, candidate_replicas, self._deployment_id.name)
         try:
             ranked = await self._schedule(candidate_replicas, pending_request)
+            if span is not None:
+                span.chose(ranked, self._decisions.get(pending_request.metadata.internal_request_id))
         except Exception as err:
             reason = err.reason if isinstance(err, NoDecision) else "error"
+            if span is not None:
+                span.fell_back(reason, str(err))
             self.counters.fallbacks[reason] += 1
             log.debug("EPPRequestRouter: falling back to power of two choices (%s)", err)
             try:
@@ -291,6 +301,8 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             elapsed = time.perf_counter() - started
             self.counters.schedule_s += elapsed
             self.counters.choose_s.append(elapsed)
+            if span is not None:
+                span.end()
         self.counters.scheduled += 1
         # Serve tries the ranks in order and sends to the first replica that accepts; when every
         # replica is full it backs off and asks again (the scheduler then sees fresher state).
