@@ -4,8 +4,10 @@ Targets, each in front of the same fake workers (bench/fake_worker.py, answering
 direct, the best minimal Ray Serve forwarder (bench/serve_forwarder.py), our gateway (`epp up`:
 a decision through the profile actors per request; `epp-flow-control`: the same with the
 `flowControl` gate on, so every request passes the gateway's queue; `-window-1` with one dispatched
-request at a time), SMG (the SGLang Model Gateway, `cache_aware`), sglang-router and vllm-router
-(optional extras, `pip install -e .[peers]`; skipped with a note when absent).
+request at a time; `epp-decision-record`: every decision recorded for `epp explain`;
+`epp-tracing-1pct` / `-100pct`: OpenTelemetry traces of that share of the requests), SMG (the
+SGLang Model Gateway, `cache_aware`), sglang-router and vllm-router (optional extras,
+`pip install -e .[peers]`; skipped with a note when absent).
 
 Per target: sequential p50/p99 (and added over direct), closed-loop req/s at concurrency 32,
 streaming time to first byte (20 events, 10 ms apart), decision time (our gateway's
@@ -96,6 +98,14 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
     # The gateway with its hot routes through FastAPI's stack (serve_app/gateway/hot_routes.py off).
     no_hot = tmp / "no-hot-routes.yaml"
     no_hot.write_text(yaml.safe_dump({"hot_routes": False}))
+
+    # The default gateway with one observability setting on: every decision recorded (epp explain),
+    # or OpenTelemetry traces at 1 % / 100 % (made and propagated; no collector to export to).
+    observed = {
+        "epp-decision-record": {"decision_record_ratio": 1.0, "admin_token": "bench"},
+        "epp-tracing-1pct": {"tracing_sample_ratio": 0.01, "tracing_exporter": "none"},
+        "epp-tracing-100pct": {"tracing_sample_ratio": 1.0, "tracing_exporter": "none"},
+    }
     epp_up = [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port"]
     out = {
         "serve-forwarder": (
@@ -165,6 +175,11 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
             f"http://127.0.0.1:{vll}/health",
             f"http://127.0.0.1:{vll}",
         )
+    for (name, settings), port in zip(observed.items(), (9200, 9300, 9400), strict=True):
+        path = tmp / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(settings))
+        base = f"http://127.0.0.1:{port + offset}"
+        out[name] = ([*epp_up, str(port + offset), "--settings", str(path)], f"{base}/ready", base)
     return out
 
 
