@@ -176,3 +176,18 @@ def test_a_replica_without_the_shared_log_keeps_its_own_newest(monkeypatch):
     assert view["scorers"][0]["weighted"] == {"a": 1.8, "b": 2.0}  # 1.7 clamped to 1, times 2
     assert view["ranking"] == ["b", "a"] and view["margin"] == {"over": "a", "by": pytest.approx(0.2)}
     assert a.name in view["totals"]
+
+
+def test_a_failed_decision_is_recorded_with_its_error():
+    from scheduler import ErrorCode, LLMRequest, SchedulingError
+    from scheduler.trace import SchedulingTrace
+
+    recorder = DecisionRecorder(1.0, 4, None, "test")
+    trace = SchedulingTrace(rounds=[["p"]])
+    trace.profiles["p"] = {"profile": "p", "filters": [], "scorers": [], "totals": {}, "picked": [], "error": "none"}
+    error = SchedulingError(ErrorCode.SERVICE_UNAVAILABLE, "no endpoint left")
+    recorder.record(LLMRequest("r", "m", {}), None, trace, error)
+    [record] = recorder._local.get("r")
+    assert record["outcome"] == "failed" and record["target"] is None
+    assert record["error"] == f"{ErrorCode.SERVICE_UNAVAILABLE.value}: no endpoint left"
+    assert explained(record)["profiles"]["p"]["margin"] is None

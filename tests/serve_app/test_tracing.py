@@ -4,7 +4,8 @@ headers they get, and a gateway (GatewayCore, the replica's request path, served
 app in this process) whose tracer exports to the OpenTelemetry SDK's in-memory exporter. The span
 tree of each request is checked: the client's trace continued, a span per phase, each profile run
 timed in its actor under the context carried across the Ray call, the traceparent reaching the
-pod. A real Serve gateway of the same deployment, tracing on, sends the pod the client's trace."""
+pod. A real Serve gateway of the same deployment, tracing on, sends the pod (both pods of a P/D
+request) the client's trace."""
 
 from __future__ import annotations
 
@@ -169,6 +170,8 @@ def test_a_pd_request_traces_the_prefill_and_decode_hops(deployment, sim):
         "ray_epp.schedule",
     ]
     assert t["ray_epp.schedule"] == ["ray_epp.pick", "ray_epp.profile decode", "ray_epp.profile prefill"]
+    root = named(spans, "POST /v1/completions")
+    assert f"{root.parent.span_id:016x}" == CLIENT_SPAN and root.parent.is_remote  # the client's trace
     prefill, decode = named(spans, "ray_epp.pd.prefill"), named(spans, "ray_epp.pd.decode")
     assert prefill.attributes["ray_epp.endpoint"] == "prefill-0" and decode.attributes["ray_epp.endpoint"] == "decode-0"
     assert prefill.end_time <= decode.start_time
@@ -226,6 +229,24 @@ def test_the_serve_gateway_sends_the_pod_the_clients_trace(deployment, sim):
     version, got_trace, parent, flags = sent["traceparent"].split("-")
     assert (version, got_trace, flags) == ("00", trace_id, "01")
     assert parent != CLIENT_SPAN  # the gateway's forward span, not the client's
+
+
+def test_the_serve_gateway_sends_both_pd_pods_the_clients_trace(deployment, sim):
+    trace_id = "99998888777766665555444433332222"
+    with httpx.Client(base_url=deployment.url, timeout=60) as client:
+        resp = client.post(
+            "/v1/completions",
+            json={"model": MODEL, "prompt": "[pd] " + LONG, "max_tokens": 3},
+            headers={"traceparent": client_traceparent(trace_id)},
+        )
+    assert resp.status_code == 200, resp.text
+    parents = []
+    for pod in ("prefill-0", "decode-0"):
+        _, sent = headers_seen(sim, pod)[-1]
+        version, got_trace, parent, flags = sent["traceparent"].split("-")
+        assert (version, got_trace, flags) == ("00", trace_id, "01"), pod
+        parents.append(parent)
+    assert CLIENT_SPAN not in parents and parents[0] != parents[1]  # the prefill hop's span, then the decode's
 
 
 def test_tracing_off_imports_no_opentelemetry():
