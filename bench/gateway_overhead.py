@@ -102,7 +102,7 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
     # The default gateway with one observability setting on: every decision recorded (epp explain),
     # or OpenTelemetry traces at 1 % / 100 % (made and propagated; no collector to export to).
     observed = {
-        "epp-decision-record": {"decision_record_ratio": 1.0, "admin_token": "bench"},
+        "epp-decision-record": {"decision_record_ratio": 1.0, "admin_token": "bench-admin-token-0123"},
         "epp-tracing-1pct": {"tracing_sample_ratio": 0.01, "tracing_exporter": "none"},
         "epp-tracing-100pct": {"tracing_sample_ratio": 1.0, "tracing_exporter": "none"},
     }
