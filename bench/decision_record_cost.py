@@ -5,8 +5,9 @@ profile actor, the record to the decision log), against the same decision withou
 the size of a record. An unsampled request costs one CRC32 of its id (timed too).
 
 `Scheduler.schedule` with Ray EPP's default config over N endpoints (bench/scheduler_decision.py's
-pool, workload and load feedback), the same requests decided with and without a trace in
-alternating rounds (ROUNDS each), CPU time per decision (`time.thread_time_ns`).
+pool, workload and load feedback): each request decided twice on the same state, in random order,
+without and with the trace and record; CPU time (`time.thread_time_ns`). The per-request
+difference cancels the load of a shared machine better than two separate passes would.
 
     .venv/bin/python -m bench.decision_record_cost [--endpoints 4,16,64] [--decisions 2000]
 """
@@ -25,10 +26,10 @@ from scheduler import Scheduler, load_config_file
 from scheduler.trace import SchedulingTrace
 from serve_app.decision_record import DecisionRecorder
 
-ROUNDS = 5
-
 
 def per_decision_us(n_endpoints: int, decisions: int, seed: int = 7) -> dict[str, list[float]]:
+    """Each request decided twice on the same state, in random order: without a trace, and with
+    the trace, the record and its pickle; then the prefix index learns it once (untimed)."""
     rng = random.Random(seed)
     endpoints = make_endpoints(n_endpoints, rng)
     workload = Workload(rng, 8192, 64)
@@ -36,23 +37,30 @@ def per_decision_us(n_endpoints: int, decisions: int, seed: int = 7) -> dict[str
     recorder = DecisionRecorder(1.0, 1000, None, "bench")
     for req in workload.requests(200):  # warm up: the prefix index holds content
         load_feedback(sched.schedule(req, endpoints).target, endpoints, rng)
-    out: dict[str, list[float]] = {"off": [], "recorded": [], "bytes": []}
-    for _ in range(ROUNDS):
-        for mode in ("off", "recorded"):
-            total = 0
-            for req in workload.requests(decisions):
-                start = time.thread_time_ns()
-                if mode == "off":
-                    result = sched.schedule(req, endpoints)
-                else:
-                    trace = SchedulingTrace()
-                    result = sched.schedule(req, endpoints, trace=trace)
-                    recorder.record(req, result, trace)
-                    wire = pickle.dumps(recorder._local.get(req.request_id)[-1], protocol=5)
-                total += time.thread_time_ns() - start
-                load_feedback(result.target, endpoints, rng)
-            out[mode].append(total / decisions / 1000)
-        out["bytes"].append(len(wire))
+
+    def off(req) -> tuple[int, int]:
+        start = time.thread_time_ns()
+        sched.schedule(req, endpoints, run_pre_request=False)
+        return time.thread_time_ns() - start, 0
+
+    def recorded(req) -> tuple[int, int]:
+        start = time.thread_time_ns()
+        trace = SchedulingTrace()
+        result = sched.schedule(req, endpoints, trace=trace, run_pre_request=False)
+        recorder.record(req, result, trace)
+        wire = pickle.dumps(recorder._local.get(req.request_id)[-1], protocol=5)
+        return time.thread_time_ns() - start, len(wire)
+
+    out: dict[str, list[float]] = {"off": [], "recorded": [], "added": [], "bytes": []}
+    for req in workload.requests(decisions):
+        first, second = (off, recorded) if rng.random() < 0.5 else (recorded, off)
+        times = {first: first(req), second: second(req)}
+        out["off"].append(times[off][0] / 1000)
+        out["recorded"].append(times[recorded][0] / 1000)
+        out["added"].append((times[recorded][0] - times[off][0]) / 1000)
+        out["bytes"].append(times[recorded][1])
+        result = sched.schedule(req, endpoints)  # the decision the pool learns (untimed)
+        load_feedback(result.target, endpoints, rng)
     return out
 
 
@@ -73,13 +81,19 @@ def main() -> None:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"{when}; load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"an unsampled request's sampling decision: {sampling_ns():.0f} ns")
-    print("| endpoints | decision, record off (median µs CPU) | with the trace and record | added | record bytes |")
+    print(
+        "| endpoints | record off: median µs CPU | with the trace and record | added: median difference"
+        " per request (p25 to p75) | record bytes |"
+    )
     print("|---|---|---|---|---|")
     for n in (int(x) for x in a.endpoints.split(",")):
         r = per_decision_us(n, a.decisions)
-        off, on = statistics.median(r["off"]), statistics.median(r["recorded"])
-        spread = f"rounds {min(r['off']):.1f}-{max(r['off']):.1f} / {min(r['recorded']):.1f}-{max(r['recorded']):.1f}"
-        print(f"| {n} | {off:.1f} | {on:.1f} | {on - off:+.1f} ({spread}) | {int(statistics.median(r['bytes']))} |")
+        q = statistics.quantiles(r["added"], n=4)
+        print(
+            f"| {n} | {statistics.median(r['off']):.1f} | {statistics.median(r['recorded']):.1f} "
+            f"| {statistics.median(r['added']):+.1f} ({q[0]:+.1f} to {q[2]:+.1f}) "
+            f"| {int(statistics.median(r['bytes']))} |"
+        )
     print(f"load average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
