@@ -49,7 +49,11 @@ def _bin(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 
-def _wait_http(url: str, timeout_s: float = 300) -> None:
+READY_TIMEOUT_S = [300.0]  # --ready-timeout: a loaded machine starts Ray slowly
+
+
+def _wait_http(url: str, timeout_s: float | None = None) -> None:
+    timeout_s = READY_TIMEOUT_S[0] if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
@@ -335,7 +339,9 @@ def main() -> None:
         help="start every target first, then measure them in turn this many times (rows: name#round); "
         "0: one target up at a time",
     )
+    p.add_argument("--ready-timeout", type=float, default=300.0, help="seconds a target may take to start")
     a = p.parse_args()
+    READY_TIMEOUT_S[0] = a.ready_timeout
     RESULTS.mkdir(parents=True, exist_ok=True)
     worker_ports = [port + a.port_offset for port in WORKER_PORTS]
     workers = [f"http://127.0.0.1:{port}" for port in worker_ports]
