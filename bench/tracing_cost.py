@@ -17,6 +17,7 @@ the others; the spread of a level's rounds is the noise.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import statistics
 import subprocess
@@ -110,7 +111,12 @@ def tracing(ratio: float) -> RequestTracing:
 
 
 def measure(level: float | None) -> float:
-    """CPU seconds per request at `level` (LEVELS' values)."""
+    """CPU seconds per request at `level` (LEVELS' values), in a context of its own: a request's
+    spans live in a context variable, as in the gateway, where each request is its own task."""
+    return contextvars.Context().run(_measure, level)
+
+
+def _measure(level: float | None) -> float:
     t = tracing_for(level)
     req = LLMRequest(request_id="r", target_model="m", body={"model": "m", "prompt": "x"})
     for _ in range(500):  # warm up
