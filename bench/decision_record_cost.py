@@ -24,7 +24,7 @@ import time
 from bench.scheduler_decision import DEFAULT_CONFIG, Workload, load_feedback, make_endpoints
 from scheduler import Scheduler, load_config_file
 from scheduler.trace import SchedulingTrace
-from serve_app.decision_record import DecisionRecorder
+from serve_app.gateway.decision_record import DecisionRecorder
 
 
 def per_decision_us(n_endpoints: int, decisions: int, seed: int = 7) -> dict[str, list[float]]:

@@ -71,8 +71,8 @@ ROUNDS = 5
 NOT_INSTALLED = """
 import sys
 sys.modules["opentelemetry"] = None  # `import opentelemetry...` raises ImportError
-from serve_app.settings import GatewaySettings
-from serve_app.tracing import request_tracing
+from serve_app.gateway.settings import GatewaySettings
+from serve_app.gateway.tracing import request_tracing
 assert request_tracing(GatewaySettings()) is None
 try:
     request_tracing(GatewaySettings(tracing_sample_ratio=0.5))
@@ -88,8 +88,8 @@ def tracing_for(level: float | None) -> RequestTracing | None:
     """None: what `request_tracing` gives with the ratio 0 (nothing built); else a tracer sampling
     `level` (0.0: built, but sampling nothing that the client did not)."""
     if level is None:
-        from serve_app.settings import GatewaySettings
-        from serve_app.tracing import request_tracing
+        from serve_app.gateway.settings import GatewaySettings
+        from serve_app.gateway.tracing import request_tracing
 
         assert request_tracing(GatewaySettings()) is None
         return None
