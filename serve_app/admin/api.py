@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 
 from actors.launcher import PodsFileError, parse_pods
 from actors.pod_source import PodConflict
-from serve_app.gateway.core.decision_record import DecisionRecorder, explained
+from serve_app.gateway.decision_record import DecisionRecorder, explained
 from serve_app.gateway.errors import GatewayError, bad_request, no_route
 
 log = logging.getLogger("ray_epp.gateway.admin")

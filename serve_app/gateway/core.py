@@ -33,7 +33,7 @@ from scheduler.interfaces import DataPreparer
 from scheduler.loop import prepare_data
 from scheduler.trace import SchedulingTrace
 from serve_app.admin.api import AdminApi
-from serve_app.gateway.core.decision_record import DecisionRecorder
+from serve_app.gateway.decision_record import DecisionRecorder
 from serve_app.gateway.disagg import hand_off
 from serve_app.gateway.endpoint_view import EndpointView
 from serve_app.gateway.errors import GatewayError
