@@ -52,10 +52,13 @@ def _bin(name: str) -> str | None:
 READY_TIMEOUT_S = [300.0]  # --ready-timeout: a loaded machine starts Ray slowly
 
 
-def _wait_http(url: str, timeout_s: float | None = None) -> None:
+def _wait_http(url: str, timeout_s: float | None = None, proc: subprocess.Popen | None = None) -> None:
+    """Until `url` answers 200; TimeoutError after `timeout_s`, or as soon as `proc` has exited."""
     timeout_s = READY_TIMEOUT_S[0] if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise TimeoutError(f"{url} not ready: the process exited with {proc.returncode}")
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
             if r.status == 200:
                 return
@@ -70,7 +73,7 @@ def _process(cmd: list[str], ready_url: str | None, log: Path):
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
         try:
             if ready_url is not None:
-                _wait_http(ready_url)
+                _wait_http(ready_url, proc=proc)
             yield proc
         finally:
             with contextlib.suppress(ProcessLookupError):
