@@ -236,7 +236,12 @@ def test_the_serve_gateway_sends_both_pd_pods_the_clients_trace(deployment, sim)
     with httpx.Client(base_url=deployment.url, timeout=60) as client:
         resp = client.post(
             "/v1/completions",
-            json={"model": MODEL, "prompt": "[pd] " + LONG, "max_tokens": 3},
+            # a prompt no pod has cached: the decider sends it to prefill (a cached one goes decode-only)
+            json={
+                "model": MODEL,
+                "prompt": "[pd] " + "Serve carries this long prompt to both pods. " * 60,
+                "max_tokens": 3,
+            },
             headers={"traceparent": client_traceparent(trace_id)},
         )
     assert resp.status_code == 200, resp.text
