@@ -15,6 +15,8 @@ from actors.options import ActorOptions, PodSpec, as_options, as_pod, with_data_
 from actors.placement import affinity, placed_cpus, prefer_labels
 from actors.pods_file import PodsFileError, load_pods_file, parse_pods
 from actors.profile_actor import ProfileActor, config_digest
+from actors.protocol import StandbyPair
+from actors.standby import in_group, pair_group, remove_pair_group, standby_name, wants_standby
 from scheduler import EndpointPickerConfig, dump_config, load_config
 from scheduler.config.sections import data_layer_actor_options
 
@@ -43,7 +45,8 @@ def profile_actor_name(datastore_name: str, profile: str, shard: int = 0) -> str
 @dataclass
 class EppActors:
     """`profiles`: each profile's first shard (its only actor unless `profile_shards` > 1);
-    `shards`: every shard's actor, per profile (what a gateway needs)."""
+    `shards`: every shard's actor, per profile; `standbys`: each shard's standby, per profile
+    (empty without standbys: actors/standby.py). A gateway gets `gateway_shards()`."""
 
     datastore: Any
     profiles: dict[str, Any]
@@ -52,13 +55,24 @@ class EppActors:
     namespace: str | None = None
     options: ActorOptions = field(default_factory=ActorOptions)
     shards: dict[str, list[Any]] = field(default_factory=dict)
+    standbys: dict[str, list[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.shards:
             self.shards = {name: [actor] for name, actor in self.profiles.items()}
 
     def all_profile_actors(self) -> list[Any]:
-        return [actor for actors in self.shards.values() for actor in actors]
+        """Every profile actor, the standbys included."""
+        return [actor for group in (self.shards, self.standbys) for actors in group.values() for actor in actors]
+
+    def gateway_shards(self) -> dict[str, list[Any]]:
+        """Each profile's shards as a gateway takes them: a `StandbyPair` where there is a standby."""
+        if not self.standbys:
+            return self.shards
+        return {
+            name: [StandbyPair(a, b) for a, b in zip(actors, self.standbys[name], strict=True)]
+            for name, actors in self.shards.items()
+        }
 
 
 def start_epp_actors(
@@ -99,32 +113,72 @@ def start_epp_actors(
 
     dumped = dump_config(cfg)
     digest = config_digest(dumped)
+    names = {
+        spec.name: [profile_actor_name(opts.datastore_name, spec.name, i) for i in range(opts.profile_shards)]
+        for spec in cfg.scheduling_profiles
+    }
+    groups = _pair_groups(names, lifetime, opts, deadline)
     shards: dict[str, list[Any]] = {}
-    for spec in cfg.scheduling_profiles:
-        shards[spec.name] = [
-            _profile_actor(profile_actor_name(opts.datastore_name, spec.name, i), ns, lifetime, opts, dumped, spec.name)
-            for i in range(opts.profile_shards)
+    standbys: dict[str, list[Any]] = {}
+    for profile, actor_names in names.items():
+        shards[profile] = [
+            _profile_actor(name, ns, lifetime, opts, dumped, profile, groups.get(name), 0) for name in actor_names
         ]
-    _check_digests(shards, digest, ns, lifetime, opts, dumped, deadline)
-    _kill_extra_shards(cfg, opts, ns)  # an earlier launch with more shards leaves no stray ones
+        if groups:
+            standbys[profile] = [
+                _profile_actor(standby_name(name), ns, lifetime, opts, dumped, profile, groups[name], 1)
+                for name in actor_names
+            ]
+    for role, actors_of in ((0, shards), (1, standbys)):
+        _check_digests(actors_of, digest, ns, lifetime, opts, dumped, deadline, groups, role)
+    _kill_extra_shards(cfg, opts, ns, with_standbys=not groups)  # an earlier launch's extra actors go
 
-    everyone = [a for actors in shards.values() for a in actors]
+    everyone = [a for group in (shards, standbys) for actors in group.values() for a in actors]
     version = ray.get(datastore.wait_settled.remote(max(0.0, min(10.0, _left(deadline) - 1.0))))
     ray.get([a.ready.remote(version) for a in everyone], timeout=_left(deadline))
     profiles = {name: actors[0] for name, actors in shards.items()}
-    return EppActors(datastore, profiles, opts.datastore_name, cfg, ns, opts, shards)
+    return EppActors(datastore, profiles, opts.datastore_name, cfg, ns, opts, shards, standbys)
+
+
+def _pair_groups(
+    names: dict[str, list[str]], lifetime: str | None, opts: ActorOptions, deadline: float
+) -> dict[str, Any]:
+    """Each profile actor's placement group with its standby (actors/standby.py), or {} for none."""
+    if not wants_standby(opts, ray.nodes()):
+        return {}
+    groups = {}
+    for name in (n for actor_names in names.values() for n in actor_names):
+        group = pair_group(name, lifetime, opts, min(10.0, _left(deadline)))
+        if group is None:
+            for placed in groups:
+                remove_pair_group(placed)
+            return {}
+        groups[name] = group
+    return groups
 
 
 def _profile_actor(
-    name: str, ns: str, lifetime: str | None, opts: ActorOptions, dumped: dict[str, Any], profile: str
+    name: str,
+    ns: str,
+    lifetime: str | None,
+    opts: ActorOptions,
+    dumped: dict[str, Any],
+    profile: str,
+    group: Any = None,
+    bundle: int = 0,
 ) -> Any:
-    return ProfileActor.options(get_if_exists=True, **_profile_actor_options(name, ns, lifetime, opts)).remote(
+    options = _profile_actor_options(name, ns, lifetime, opts, group, bundle)
+    return ProfileActor.options(get_if_exists=True, **options).remote(
         dumped, profile, opts.datastore_name, ns, opts.model_dump()
     )
 
 
-def _profile_actor_options(name: str, ns: str, lifetime: str | None, opts: ActorOptions) -> dict[str, Any]:
-    strategy = prefer_labels(opts.profile_node_labels)
+def _profile_actor_options(
+    name: str, ns: str, lifetime: str | None, opts: ActorOptions, group: Any = None, bundle: int = 0
+) -> dict[str, Any]:
+    """A profile actor's options: in its bundle of the pair's placement group when it has a
+    standby, else on the profile's preferred nodes."""
+    strategy = in_group(group, bundle) if group is not None else prefer_labels(opts.profile_node_labels)
     options: dict[str, Any] = {
         "name": name,
         "namespace": ns,
@@ -146,6 +200,8 @@ def _check_digests(
     opts: ActorOptions,
     dumped: dict[str, Any],
     deadline: float,
+    groups: dict[str, Any],
+    bundle: int,
 ) -> None:
     """An actor of one of these names that runs another config is replaced."""
     for profile, actors in shards.items():
@@ -153,25 +209,37 @@ def _check_digests(
         for i, info in enumerate(infos):
             if info["config_digest"] != digest:
                 ray.kill(actors[i], no_restart=True)
-                options = _profile_actor_options(
-                    profile_actor_name(opts.datastore_name, profile, i), ns, lifetime, opts
-                )
+                name = profile_actor_name(opts.datastore_name, profile, i)
+                actor_name = standby_name(name) if bundle else name
+                options = _profile_actor_options(actor_name, ns, lifetime, opts, groups.get(name), bundle)
                 args = (dumped, profile, opts.datastore_name, ns, opts.model_dump())
                 actors[i] = _create_when_name_free(options, args, deadline)
 
 
-def _kill_extra_shards(cfg: EndpointPickerConfig, opts: ActorOptions, ns: str) -> None:
+def _kill_extra_shards(cfg: EndpointPickerConfig, opts: ActorOptions, ns: str, with_standbys: bool) -> None:
     """Shards past `profile_shards` left by an earlier launch (detached actors outlive it) would
-    keep watching the datastore: end them."""
+    keep watching the datastore: end them, their standbys too (every standby when `with_standbys`:
+    this launch has none)."""
     for spec in cfg.scheduling_profiles:
-        i = opts.profile_shards
+        i = 0 if with_standbys else opts.profile_shards
         while True:
-            try:
-                actor = ray.get_actor(profile_actor_name(opts.datastore_name, spec.name, i), namespace=ns)
-            except ValueError:
+            name = profile_actor_name(opts.datastore_name, spec.name, i)
+            found = [_kill_named(standby_name(name), ns)]
+            if i >= opts.profile_shards:  # its group goes too (a reused actor below stays in its own)
+                found.append(_kill_named(name, ns))
+                remove_pair_group(name)
+            if not any(found) and i >= opts.profile_shards:
                 break
-            ray.kill(actor, no_restart=True)
             i += 1
+
+
+def _kill_named(name: str, ns: str) -> bool:
+    try:
+        actor = ray.get_actor(name, namespace=ns)
+    except ValueError:
+        return False
+    ray.kill(actor, no_restart=True)
+    return True
 
 
 def _create_when_name_free(actor_options: dict[str, Any], args: tuple, deadline: float) -> Any:
@@ -192,10 +260,13 @@ def _left(deadline: float) -> float:
 
 
 def stop_epp_actors(actors: EppActors) -> None:
-    """Kill the profile actors, the metrics actors and the datastore (no restarts)."""
+    """Kill the profile actors (their standbys too), the metrics actors and the datastore (no restarts)."""
     for actor in actors.all_profile_actors():
         with contextlib.suppress(Exception):
             ray.kill(actor, no_restart=True)
+    for profile, shards in actors.shards.items():
+        for i in range(len(shards) if actors.standbys else 0):
+            remove_pair_group(profile_actor_name(actors.datastore_name, profile, i))
     try:
         ray.get(actors.datastore.shutdown.remote(), timeout=30)
     finally:

@@ -672,6 +672,12 @@ _add(
         ("profile", "shard"),
     ),
     Family(
+        "ray_epp_profile_actor_failovers_total",
+        COUNTER,
+        "Batches whose calls a gateway replica sent again to the standby of a gone profile actor (shard).",
+        ("profile", "shard"),
+    ),
+    Family(
         "ray_epp_gateway_in_flight_requests",
         GAUGE,
         "Requests the gateway replicas are serving, against their max_in_flight.",

@@ -129,6 +129,10 @@ class ActorOptions(BaseModel):
     # shard by a key that keeps prefix affinity (serve_app/gateway/shard_key.py). Each shard has its own
     # prefix index and in-flight ledgers (docs/DESIGN.md, "Profile shards"). 1: one actor per profile.
     profile_shards: int = Field(1, ge=1, le=64)
+    # A standby per profile actor (shard) on another Ray node, fed the same events, that a gateway
+    # turns to when the actor or its node dies (docs/DESIGN.md, "Profile standbys"). "auto": when
+    # at least two alive nodes can hold one; "on": always tried; "off": never.
+    profile_standby: Literal["auto", "on", "off"] = "auto"
     # Modules to import in every profile actor before its config is built: custom plugins.
     plugin_modules: list[str] = Field(default_factory=list)
     # Profile actors also serve run_batch on 127.0.0.1 for gateway replicas on their node: a Ray

@@ -94,3 +94,12 @@ def as_served(endpoints: list[Endpoint]) -> list[Endpoint]:
     for ep in endpoints:
         ep.metrics.update_time = 0.0
     return endpoints
+
+
+@dataclass(slots=True, frozen=True)
+class StandbyPair:
+    """A profile actor (shard) and its standby on another Ray node (actors/launcher.py): what a
+    gateway gets in place of a lone handle when the profile has a standby."""
+
+    primary: Any
+    standby: Any

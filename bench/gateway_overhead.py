@@ -2,7 +2,8 @@
 
 Targets, each in front of the same fake workers (bench/fake_worker.py, answering at once):
 direct, the best minimal Ray Serve forwarder (bench/serve_forwarder.py), our gateway (`epp up`:
-a decision through the profile actors per request; `epp-flow-control`: the same with the
+a decision through the profile actors per request; `epp-2-replicas`: two gateway replicas on the
+port; `epp-flow-control`: the same with the
 `flowControl` gate on, so every request passes the gateway's queue; `-window-1` with one dispatched
 request at a time; `epp-decision-record`: every decision recorded for `epp explain`;
 `epp-tracing-1pct` / `-100pct`: OpenTelemetry traces of that share of the requests), SMG (the
@@ -93,7 +94,7 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
         json.dumps([{"name": f"w{i}", "address": "127.0.0.1", "port": p + offset} for i, p in enumerate(WORKER_PORTS)])
     )
     fwd, epp, sgl, vll, flow, flow1, smg = (str(p + offset) for p in (8300, 8400, 8500, 8600, 8700, 8800, 8900))
-    ha_rr, ha_pick, ha_epp, slow = (str(p + offset) for p in (9000, 9010, 9020, 9030))
+    ha_rr, ha_pick, ha_epp, slow, epp2 = (str(p + offset) for p in (9000, 9010, 9020, 9030, 9040))
     # The default config with the flowControl gate on: every request passes the gateway's queue.
     flow_cfg = tmp / "default-flow-control.yaml"
     cfg = yaml.safe_load((ROOT / "ray_epp" / "configs" / "default.yaml").read_text())
@@ -129,6 +130,13 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
             [*epp_up, slow, "--settings", str(no_hot)],
             f"http://127.0.0.1:{slow}/ready",
             f"http://127.0.0.1:{slow}",
+        ),
+        # Two gateway replicas on one port (the kernel spreads connections): the cost of surviving
+        # a replica's death, measured against "epp" (one) in the same run.
+        "epp-2-replicas": (
+            [*epp_up, epp2, "--replicas", "2"],
+            f"http://127.0.0.1:{epp2}/ready",
+            f"http://127.0.0.1:{epp2}",
         ),
         "epp-flow-control": (
             [py, "-m", "serve_app.cli", "up", "--pods", str(pods), "--port", flow, "--config", str(flow_cfg)],

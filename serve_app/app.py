@@ -4,7 +4,8 @@
     serve run ray_epp/examples/serve_config.yaml
 
 Args: `config` (a shipped config's name, a path or YAML text; default `default`), `pods` (pods file,
-required), `settings` (gateway settings YAML, optional), `replicas` (default 1), `host` and `port`
+required), `settings` (gateway settings YAML, optional), `replicas` (default 1),
+`max_replicas_per_node` (Serve's; 1 puts every replica on a node of its own), `host` and `port`
 (the address every replica serves itself, default 127.0.0.1:8000; `port: none` leaves only Serve's
 proxy), `ext_proc_port` (also serve GIE's Endpoint Picker Protocol, Envoy ext_proc over gRPC, on
 that port: docs/EXT_PROC.md), `profile_shards` (actors per scheduling profile, default 1), `detached` (default true: the
@@ -21,6 +22,7 @@ from ray.serve import Application
 from actors.launcher import ActorOptions, load_pods_file, start_epp_actors
 from actors.metrics_hub import get_or_create_hub
 from actors.package_check import require_package_on_every_node
+from actors.placement import PLACED_MIN_CPUS
 from ray_epp import __version__
 from scheduler import dump_config, load_config_file
 from serve_app.cli.launch import DEFAULT_CONFIG, decision_log_for
@@ -43,11 +45,15 @@ def build_app(args: dict[str, Any]) -> Application:
         if ingress is None:
             raise ValueError("ext_proc_port needs the gateway port (port): every replica serves both")
         ingress["ext_proc_port"] = int(args["ext_proc_port"])
-    return Gateway.options(num_replicas=int(args.get("replicas", 1))).bind(
+    replicas = {"num_replicas": int(args.get("replicas", 1))}
+    if args.get("max_replicas_per_node"):  # e.g. 1: no node's loss takes two replicas
+        replicas["max_replicas_per_node"] = int(args["max_replicas_per_node"])
+    # a little CPU, so that Serve's spreading of the replicas over the nodes is not ignored
+    return Gateway.options(**replicas, ray_actor_options={"num_cpus": PLACED_MIN_CPUS}).bind(
         dump_config(cfg),
         settings.model_dump(),
         actors.datastore,
-        actors.shards,
+        actors.gateway_shards(),
         get_or_create_hub(),
         ingress,
         decision_log_for(settings),

@@ -215,7 +215,7 @@ class EppDeployment:
             dump_config(cfg),
             gw_settings.model_dump(),
             self.actors.datastore,
-            self.actors.shards,
+            self.actors.gateway_shards(),
             self.hub,
             {"host": spec.host, "port": spec.port, "ext_proc_port": spec.ext_proc_port},
             decision_log_for(gw_settings),

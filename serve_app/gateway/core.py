@@ -113,6 +113,7 @@ class GatewayCore:
             s.shard_session_header,
             call_timeout_s=s.profile_call_timeout_s,
             recorder=self.recorder,
+            failover_after_s=s.profile_failover_after_s,
         )
         self.datastore = datastore  # also the shared store of the Responses API's pins
         self.view = EndpointView(datastore, min_interval_s=s.snapshot_min_interval_s)
@@ -267,7 +268,7 @@ class GatewayCore:
             if failed_before is not None:  # every candidate failed us
                 raise GatewayError(
                     503,
-                    f"no endpoint could serve the request: {failed_before}",
+                    f"no endpoint could serve the request: {failed_before}; then: {err.message}",
                     code=ErrorCode.SERVICE_UNAVAILABLE.value,
                 ) from None
             raise GatewayError.from_scheduling(err) from None

@@ -11,12 +11,13 @@ import time
 from typing import Any
 
 from actors.channel import ChannelClient, Unsendable
-from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, for_scheduling
+from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, StandbyPair, for_scheduling
 from scheduler import CycleState, Endpoint, ErrorCode, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
 from scheduler.cycle_state import profile_error_key
 from scheduler.plugins.support.prefix.hashing import DEFAULT_BLOCK_SIZE_TOKENS
 from scheduler.trace import SchedulingTrace
 from serve_app.gateway.batcher import ActorBatcher
+from serve_app.gateway.failover_link import FailoverLink, actor_gone
 from serve_app.gateway.shard_key import ShardKey
 from serve_app.gateway.tracing import current_spans
 
@@ -35,28 +36,38 @@ class RayProfileRunner:
         shard_session_header: str | None = None,
         call_timeout_s: float = 10.0,
         recorder: Any = None,
+        failover_after_s: float = 0.5,
     ) -> None:
         """`profile_actors`: profile name -> its actor handle, or the list of its shards' handles
-        (every profile the same number). The shard key: see serve_app/gateway/shard_key.py. A call that has
-        no answer after `call_timeout_s` (the actor frozen, or restarting for longer) fails its
-        profile: the request gets its error instead of waiting without end. `recorder` (a
-        MetricsRecorder) counts each actor's round trips, calls and failures (`ray_epp_profile_actor_*`)."""
+        (every profile the same number); a `StandbyPair` in place of a handle is an actor and its
+        standby (serve_app/gateway/failover_link.py: a batch its primary fails as gone, or does not answer
+        within `failover_after_s`, goes to the standby). The shard key: see serve_app/gateway/shard_key.py.
+        A call that has no answer after `call_timeout_s` (the actor frozen, or restarting for
+        longer) fails its profile: the request gets its error instead of waiting without end.
+        `recorder` (a MetricsRecorder) counts each actor's round trips, calls, failures and
+        failovers (`ray_epp_profile_actor_*`)."""
         shards = {n: list(h) if isinstance(h, list | tuple) else [h] for n, h in profile_actors.items()}
         counts = {len(hs) for hs in shards.values()}
         if len(counts) > 1 or 0 in counts:
             raise ValueError(f"every profile needs the same number of shards, at least 1 (got {sorted(counts)})")
         self.shard_key = ShardKey(counts.pop() if counts else 1, shard_key_tokens, shard_session_header)
-        self.actors = {n: hs[0] for n, hs in shards.items()}
+        self.actors = {n: primary_of(hs[0]) for n, hs in shards.items()}
+
+        def link(handle: Any, labels: tuple[str, str]) -> ActorLink | FailoverLink:
+            if not isinstance(handle, StandbyPair):
+                return ActorLink(handle, call_timeout_s, recorder, labels)
+            pair = (
+                ActorLink(handle.primary, call_timeout_s, recorder, labels),
+                ActorLink(handle.standby, call_timeout_s),
+            )
+            return FailoverLink(*pair, call_timeout_s, failover_after_s, recorder, labels)
+
         # One batcher per actor carries both the calls and the events (decisions, completions), so
         # a request costs one actor round trip, not three.
+        self.links = {n: [link(h, (n, str(i))) for i, h in enumerate(hs)] for n, hs in shards.items()}
         self._batchers = {
-            n: [
-                ActorBatcher(
-                    ActorLink(h, call_timeout_s, recorder, (n, str(i))).run_batch, split_on=item_may_be_at_fault
-                )
-                for i, h in enumerate(hs)
-            ]
-            for n, hs in shards.items()
+            n: [ActorBatcher(x.run_batch, split_on=item_may_be_at_fault) for x in links]
+            for n, links in self.links.items()
         }
         self._recorder = recorder
         self._call_labels = {n: [(n, str(i)) for i in range(len(hs))] for n, hs in shards.items()}
@@ -126,10 +137,11 @@ class RayProfileRunner:
 def item_may_be_at_fault(err: BaseException) -> bool:
     """Whether a failed batch is worth sending again item by item: not when the actor itself is
     gone (each item would only wait for it again)."""
-    from ray.exceptions import ActorUnavailableError, RayActorError
+    return not actor_gone(err)
 
-    gone = ActorUnavailableError | RayActorError | ConnectionError | TimeoutError | asyncio.CancelledError
-    return not isinstance(err, gone)
+
+def primary_of(handle: Any) -> Any:
+    return handle.primary if isinstance(handle, StandbyPair) else handle
 
 
 class ActorLink:
@@ -156,25 +168,30 @@ class ActorLink:
         # a decision be made before the events sent ahead of it were applied.
         self._ray_in_flight = 0
 
-    async def run_batch(self, items: list) -> list:
+    async def run_batch(self, items: list, deadline: float | None = None, wait_for_restart: bool = True) -> list:
+        """`deadline` (loop time; default `call_timeout_s` from now) bounds the whole batch.
+        `wait_for_restart` False: an actor that is gone fails the batch at once instead of being
+        waited for (a standby can take it: serve_app/gateway/failover_link.py)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.call_timeout_s
+        if deadline is None:
+            deadline = loop.time() + self.call_timeout_s
+        bound = deadline - loop.time()
         started = time.perf_counter()
         try:
-            out, transport = await self._run_batch(items, deadline)
+            out, transport = await self._run_batch(items, deadline, wait_for_restart)
         except Unsendable:  # the batch's fault, not the actor's
             raise
         except Exception as err:
             if self._recorder is not None:
                 self._recorder.inc(FAILURES, self._labels)
             if isinstance(err, TimeoutError):
-                raise TimeoutError(f"no answer within {self.call_timeout_s:g} s") from None
+                raise TimeoutError(f"no answer within {bound:.3g} s") from None
             raise
         if self._recorder is not None:
             self._recorder.observe(ROUND_TRIP, time.perf_counter() - started, self._by[transport])
         return out
 
-    async def _run_batch(self, items: list, deadline: float) -> tuple[list, str]:
+    async def _run_batch(self, items: list, deadline: float, wait_for_restart: bool) -> tuple[list, str]:
         """The answers, and the transport that carried them ("channel" or "ray")."""
         loop = asyncio.get_running_loop()
         client = self._client
@@ -204,7 +221,7 @@ class ActorLink:
                     async with asyncio.timeout_at(deadline):
                         return await self.handle.run_batch.remote(items), "ray"
                 except (ActorUnavailableError, RayActorError):  # restarting: Ray brings it back; wait, bounded
-                    if loop.time() + 0.1 > deadline:
+                    if not wait_for_restart or loop.time() + 0.1 > deadline:
                         raise
                     await asyncio.sleep(0.1)
         finally:

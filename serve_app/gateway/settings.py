@@ -77,6 +77,10 @@ class GatewaySettings(BaseModel):
     # A request waits at most this for its profile actors' answer (a restart included); a frozen
     # or long-restarting actor then costs a 503 naming it, not a wait without end.
     profile_call_timeout_s: float = Field(default=10.0, gt=0)
+    # A profile actor with a standby on another node (docs/DESIGN.md, "Profile standbys") gets
+    # this long of that budget; a batch it has not answered by then goes to the standby (an actor
+    # whose node died is RESTARTING for Ray, which then holds calls instead of failing them).
+    profile_failover_after_s: float = Field(default=0.5, gt=0)
     # The decision trace (x-epp-trace, /v1/pick's "trace") names pods, addresses and scores: an
     # operator's tool, off by default. With `debug_token` set, a request gets it by sending
     # `x-epp-debug: <token>`; `debug_trace: true` gives it to any non-empty x-epp-debug (local

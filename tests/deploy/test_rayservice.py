@@ -82,7 +82,8 @@ def test_its_application_builds(ray_session, serve_config, manifests, tmp_path):
         assert isinstance(built, Application)
         deployment = built._bound_deployment
         assert deployment.name == "Gateway"
-        assert deployment.num_replicas == args["replicas"]
+        assert deployment.num_replicas == args["replicas"] >= 2  # one replica's death is no outage
+        assert deployment._replica_config.max_replicas_per_node == 1  # nor one pod's
     finally:
         ray = ray_session
         for profile in load_config_file(args["config"]).scheduling_profiles:
