@@ -140,8 +140,3 @@ class FailoverLink:
                     return
         finally:
             self._probes[i] = None
-
-    def close(self) -> None:
-        for task in self._probes:
-            if task is not None:
-                task.cancel()
