@@ -17,6 +17,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
+from starlette.responses import Response
 
 from serve_app.gateway.errors import GatewayError
 
@@ -140,3 +141,10 @@ def immediate(status: int, body: bytes, headers: dict[str, str] | None = None) -
 def immediate_error(err: GatewayError) -> pb.ProcessingResponse:
     """A GatewayError as the HTTP door would answer it: its status, headers and OpenAI-shaped body."""
     return immediate(err.status, json.dumps(err.body(), separators=(",", ":")).encode(), err.headers)
+
+
+def immediate_response(response: Response) -> pb.ProcessingResponse:
+    """An error a route shapes as its API does (serve_app/gateway/route_hooks.py: Anthropic's on the
+    Messages routes), as the ImmediateResponse Envoy answers with (Envoy sets the length)."""
+    headers = {k: v for k, v in response.headers.items() if k != "content-length"}
+    return immediate(response.status_code, bytes(response.body), headers)

@@ -11,7 +11,15 @@ What Envoy is told, and when (GIE's order in full-duplex mode: headers response,
 * or an ImmediateResponse (Envoy answers the client; the stream is over): the HTTP door's
   errors, the same statuses and OpenAI-shaped bodies (429 shed, 503 no pod / empty subset, ...);
 * on the response path, each chunk back as it came, with the response's own headers
-  (ResponseHeader plugins: session token) on the headers response.
+  (ResponseHeader plugins: session token) on the headers response; an upstream status of 400 or
+  more is counted as an error under that status, as the HTTP door counts it.
+
+Every inference API the HTTP door routes is routed here, told apart by the path (and read by the
+same token views, serve_app/gateway/api_views.py) with the same route hooks (serve_app/gateway/route_hooks.py):
+a Responses API follow-up is pinned to the pod that holds its conversation, a response is pinned
+as its answer goes by, `GET` / `DELETE /v1/responses/{id}` go to the pod that made it, and the
+Anthropic routes' errors are in Anthropic's shape. A traced request (serve_app/gateway/tracing.py) gets
+the HTTP door's spans; its forward span's traceparent goes to the pod in the header mutation.
 
 `close()` runs once when the stream ends however it ends: a decision whose response never came
 (the client left, Envoy gave up) is still told complete, so ledgers keep no entry for it."""
@@ -30,21 +38,37 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from scheduler import ErrorCode, LLMRequest, SchedulingResult
 from scheduler.types import Endpoint
 from serve_app.extproc import protocol as proto
+from serve_app.gateway.api_views import COUNT_TOKENS_PATH, MESSAGES_PATH, RESPONSES_PATH, VIEWS
+from serve_app.gateway.disagg import PD_PATHS
 from serve_app.gateway.errors import GatewayError
 from serve_app.gateway.exchange import Exchange
+from serve_app.gateway.messages_route import MessagesRoute
 from serve_app.gateway.parsing import ROUTING_HEADERS, ParsedRequest, parse_request
-from serve_app.gateway.side_routes import DESTINATION_HEADER, PICK_PATHS
+from serve_app.gateway.responses_route import ResponsesRoute, pinned_endpoint, unpin_response
+from serve_app.gateway.route_hooks import RouteHooks
+from serve_app.gateway.side_routes import DESTINATION_HEADER
+from serve_app.gateway.tracing import NO_SPANS, NoSpans, RequestSpans
 
 if TYPE_CHECKING:
     from serve_app.gateway.core import GatewayCore
 
 log = logging.getLogger("ray_epp.extproc")
+STORED_RESPONSE = RESPONSES_PATH + "/"  # GET / DELETE /v1/responses/{id}: at the pod that made it
+
+
+def route_for(core: GatewayCore, path: str) -> RouteHooks | None:
+    """The route hooks the HTTP door runs for `path` (None: the plain request path)."""
+    if path == RESPONSES_PATH:
+        return ResponsesRoute(core)
+    if path in (MESSAGES_PATH, COUNT_TOKENS_PATH):
+        return MessagesRoute()
+    return None
 
 
 class PickerStream:
     __slots__ = (
-        "_body", "_core", "_entered", "_exchange", "_headers", "_parsed", "_path", "_result", "_size",
-        "_started", "_status", "_subset", "decided", "stop",
+        "_body", "_core", "_entered", "_exchange", "_headers", "_parsed", "_path", "_result", "_route",
+        "_size", "_spans", "_started", "_status", "_subset", "_tap", "_unpin", "decided", "stop",
     )  # fmt: skip
 
     def __init__(self, core: GatewayCore) -> None:
@@ -60,6 +84,10 @@ class PickerStream:
         self._result: SchedulingResult | None = None
         self._exchange: Exchange | None = None
         self._status = 0
+        self._route: RouteHooks | None = None
+        self._tap: RouteHooks | None = None  # the route that reads a 200 answer as it goes by
+        self._unpin: str | None = None  # a DELETE of this stored response: its pin goes on a 200
+        self._spans: RequestSpans | NoSpans = NO_SPANS
         self.decided = False  # the request headers response has gone (or an ImmediateResponse)
         self.stop = False  # an ImmediateResponse went: nothing more to do on this stream
 
@@ -83,9 +111,9 @@ class PickerStream:
                 out = [] if self.decided else await self._decide(end_of_stream=False)
                 return [*out, proto.trailers_response(request_side=True)]
             if kind == "response_headers":
-                return self._response_headers(msg, msg.response_headers)
+                return await self._response_headers(msg, msg.response_headers)
             if kind == "response_body":
-                return self._response_body(msg.response_body)
+                return await self._response_body(msg.response_body)
             if kind == "response_trailers":
                 self._response_done()
                 return [proto.trailers_response(request_side=False)]
@@ -93,7 +121,10 @@ class PickerStream:
         except GatewayError as err:
             self._core.count_error(self.request, err)
             self.stop = self.decided = True
-            return [proto.immediate_error(err)]
+            self._status = err.status
+            if self._route is None:
+                return [proto.immediate_error(err)]
+            return [proto.immediate_response(self._route.error_response(err))]
 
     def close(self) -> None:
         """The stream is over: the decision's end is told once, and the replica's slot freed."""
@@ -106,6 +137,7 @@ class PickerStream:
         if self._entered:
             self._entered = False
             core.intake.leave()
+        self._spans.finish(self._status or None)
 
     # ---- the request path ------------------------------------------------------------------
     async def _request_headers(self, headers: pb.HttpHeaders) -> list[pb.ProcessingResponse]:
@@ -115,11 +147,15 @@ class PickerStream:
         core.intake.check_headers(self._headers, size)
         core.intake.enter()
         self._entered = True
+        if core.tracing is not None:
+            method = self._headers.get(":method", "POST")
+            self._spans = core.tracing.begin(self._headers, self._path, method) or NO_SPANS
         await core.ensure_ready()
         if headers.end_of_stream:  # no body: not an inference request
-            return self._bodiless()
-        if self._path not in PICK_PATHS:
+            return await self._bodiless()
+        if self._path not in VIEWS:
             raise GatewayError(404, f"{self._path or 'the request'} is not an inference route of this pool")
+        self._route = route_for(core, self._path)
         return []
 
     async def _request_body(self, body: pb.HttpBody) -> list[pb.ProcessingResponse]:
@@ -140,12 +176,17 @@ class PickerStream:
         self._body = []
         headers = {k: v for k, v in self._headers.items() if not k.startswith(":")}
         self._parsed = parsed = parse_request(raw, headers, self._path, core.settings, core.known_models())
+        if self._route is not None:
+            await self._route.prepare(parsed)
         req = parsed.llm_request
+        self._spans.admission(req)
         allowed = self._allowed()
-        if allowed is not None:
-            req.excluded_endpoints = frozenset(ep.name for ep in core.view.endpoints if ep.host_port not in allowed)
+        if allowed is not None:  # a route's own exclusions stay
+            outside = frozenset(ep.name for ep in core.view.endpoints if ep.host_port not in allowed)
+            req.excluded_endpoints = req.excluded_endpoints | outside
         try:
             await core.enter(parsed, None, len(raw), self._started)
+            self._spans.schedule(0)
             try:
                 result = await core.decide(req, None)
             except GatewayError as err:
@@ -155,13 +196,17 @@ class PickerStream:
         finally:
             core.settle(req)
         self._result = result
+        self._spans.decided(result)
         targets = result.primary.target_endpoints
         if allowed is not None:
             targets = [ep for ep in targets if ep.host_port in allowed]
             if not targets:  # a pod the profile actors know and this replica's view not yet
                 raise _ineligible("the pick fell outside the subset hint")
         set_headers: dict[str, str] = {}
-        await core.pd_hand_off(req, result, self._path, raw, set_headers, None, mode="sidecar")
+        if result.prefill_profile_name is not None and self._path in PD_PATHS:
+            self._spans.prefill(result, set_headers)
+            await core.pd_hand_off(req, result, self._path, raw, set_headers, None, mode="sidecar")
+        self._spans.forward(targets[0], set_headers)  # the pod gets the forward span's traceparent
         destination = ",".join(ep.host_port for ep in targets)  # the pick, then its fallbacks
         set_headers[DESTINATION_HEADER] = destination
         remove = sorted(h for h in ROUTING_HEADERS if h in self._headers and h not in set_headers)
@@ -184,10 +229,10 @@ class PickerStream:
             raise _ineligible(f"no endpoint of the subset hint ({shown}) is a ready endpoint of the pool")
         return allowed
 
-    def _bodiless(self) -> list[pb.ProcessingResponse]:
+    async def _bodiless(self) -> list[pb.ProcessingResponse]:
         """A request without a body (GET /v1/models, a probe): a Responder's answer (as the HTTP
-        door gives it), else any ready endpoint of the subset, as GIE routes one; no plugin
-        hears of it."""
+        door gives it); a stored response (`GET` / `DELETE /v1/responses/{id}`) at the pod that
+        made it; else any ready endpoint of the subset, as GIE routes one. No plugin hears of it."""
         core = self._core
         method = self._headers.get(":method", "GET")
         for responder in core.responders:
@@ -198,7 +243,16 @@ class PickerStream:
                     return [proto.immediate(answer.status, _json(answer.body))]
                 return [proto.immediate_error(GatewayError(answer.status, str(answer.body)))]
         allowed = self._allowed()
-        pool = [ep for ep in core.view.endpoints if allowed is None or ep.host_port in allowed]
+        if self._path.startswith(STORED_RESPONSE):
+            response_id = self._path.removeprefix(STORED_RESPONSE)
+            pod = await pinned_endpoint(core, response_id, "response_id")
+            if allowed is not None and pod.host_port not in allowed:
+                raise _ineligible(f"response {response_id!r} is stored on {pod.host_port}, outside the subset hint")
+            pool = [pod]
+            if method == "DELETE":
+                self._unpin = response_id
+        else:
+            pool = [ep for ep in core.view.endpoints if allowed is None or ep.host_port in allowed]
         if not pool:
             raise GatewayError(503, "no ready model server in the pool", code=ErrorCode.SERVICE_UNAVAILABLE.value)
         pick = random.choice(pool).host_port
@@ -206,19 +260,26 @@ class PickerStream:
         return [proto.request_headers_response(proto.header_mutation({DESTINATION_HEADER: pick}), pick)]
 
     # ---- the response path -----------------------------------------------------------------
-    def _response_headers(self, msg: pb.ProcessingRequest, headers: pb.HttpHeaders) -> list[pb.ProcessingResponse]:
+    async def _response_headers(
+        self, msg: pb.ProcessingRequest, headers: pb.HttpHeaders
+    ) -> list[pb.ProcessingResponse]:
         got, _ = proto.header_map(headers)
         try:
             self._status = int(got.get(":status", "200"))
         except ValueError:
             self._status = 0
+        if self._unpin is not None and self._status == 200:  # the pod deleted the response
+            await unpin_response(self._core, self._unpin)
         req, result = self.request, self._result
         set_headers: dict[str, str] = {}
         if req is not None and result is not None and self._parsed is not None and self._exchange is None:
+            if self._status >= 400:  # the model server's own error: counted with its status, as GIE does
+                self._core.metrics.error(req, str(self._status))
             result = self._served(req, result, proto.served_endpoint(msg))
             target = result.target
             streaming = self._parsed.stream and self._status == 200
             self._exchange = Exchange.open(self._core, req, target.name, self._started, streaming)
+            self._tap = self._route if self._status == 200 else None
             set_headers = self._core.header_hooks.response_headers(req, result)
             set_headers[DESTINATION_HEADER] = target.host_port
         out = [proto.response_headers_response(proto.header_mutation(set_headers))]
@@ -226,8 +287,10 @@ class PickerStream:
             self._response_done()
         return out
 
-    def _response_body(self, body: pb.HttpBody) -> list[pb.ProcessingResponse]:
+    async def _response_body(self, body: pb.HttpBody) -> list[pb.ProcessingResponse]:
         if self._exchange is not None:
+            if self._tap is not None and body.body:  # before the client gets it (a response's pin)
+                await self._tap.answered(self._exchange.endpoint, body.body)
             self._exchange.chunk(body.body)
         out = proto.response_body_responses(body.body, body.end_of_stream)
         if body.end_of_stream:

@@ -34,7 +34,7 @@ from scheduler.loop import prepare_data
 from scheduler.trace import SchedulingTrace
 from serve_app.admin.api import AdminApi
 from serve_app.gateway.decision_record import DecisionRecorder
-from serve_app.gateway.disagg import hand_off
+from serve_app.gateway.disagg import PD_PATHS, hand_off
 from serve_app.gateway.endpoint_view import EndpointView
 from serve_app.gateway.errors import GatewayError
 from serve_app.gateway.exchange import Exchange
@@ -52,7 +52,6 @@ from serve_app.gateway.tracing import NO_SPANS, current_spans, request_tracing
 FIRST_SNAPSHOT_WAIT_S = 5.0  # a new replica's first request waits at most this for the pool
 OTHER = "other"  # the metric label of a value a client chose that the pool does not know
 PD_HANDOFFS = "ray_epp_pd_handoffs_total"
-PD_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})  # other APIs are served decode-only
 
 
 class _Stream(StreamingResponse):

@@ -21,6 +21,7 @@ from serve_app.gateway.errors import GatewayError
 from serve_app.gateway.forwarder import Forwarder, UpstreamUnavailable
 
 PREFILLER_HEADER = "x-prefiller-host-port"
+PD_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})  # other APIs are served decode-only
 
 
 @dataclass(slots=True)

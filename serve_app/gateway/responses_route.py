@@ -106,7 +106,7 @@ class ResponsesRoute:
             finally:
                 upstream.release()
             if http.method == "DELETE" and upstream.status == 200:
-                await _call(core, "pin_response", response_id, None)
+                await unpin_response(core, response_id)
             headers = response_headers(upstream)
             headers[DESTINATION_HEADER] = pod.host_port
             return Response(body, status_code=upstream.status, headers=headers)
@@ -154,6 +154,11 @@ async def _in_view(core: GatewayCore, pod: str, wait_s: float) -> Endpoint | Non
         if time.monotonic() >= deadline:
             return None
         await asyncio.sleep(VIEW_POLL_S)
+
+
+async def unpin_response(core: GatewayCore, response_id: str) -> None:
+    """Its pod deleted the response: no request goes there for it any more."""
+    await _call(core, "pin_response", response_id, None)
 
 
 def _unavailable(response_id: str, param: str, why: str) -> GatewayError:

@@ -90,31 +90,30 @@ def _mutation(m: pb.HeaderMutation) -> dict[str, str]:
 def decide(
     stream: Stream,
     path: str,
-    body: bytes,
+    body: bytes | None,
     headers: dict[str, str] | None = None,
     subset: list[str] | None = None,
     chunks: int = 3,
+    method: str = "POST",
 ) -> Outcome:
     """The request phase: headers, the body in `chunks` pieces (the last with end_of_stream), and
-    the picker's answers up to the end of the (echoed) body, or its ImmediateResponse."""
-    hdrs = {
-        ":method": "POST",
-        ":path": path,
-        ":authority": "gateway.local",
-        ":scheme": "http",
-        "content-type": "application/json",
-        "content-length": str(len(body)),
-        **(headers or {}),
-    }
+    the picker's answers up to the end of the (echoed) body, or its ImmediateResponse. A request
+    without a body (`body` None: a GET, a DELETE) is its headers alone, with end_of_stream."""
+    hdrs = {":method": method, ":path": path, ":authority": "gateway.local", ":scheme": "http"}
+    if body is not None:
+        hdrs |= {"content-type": "application/json", "content-length": str(len(body))}
+    hdrs |= headers or {}
     meta = metadata(SUBSET_NAMESPACE, SUBSET_KEY, subset) if subset is not None else None
-    first = pb.ProcessingRequest(request_headers=headers_message(hdrs))
+    first = pb.ProcessingRequest(request_headers=headers_message(hdrs, end_of_stream=body is None))
     if meta is not None:
         first.metadata_context.CopyFrom(meta)
     stream.send(first)
-    size = max(1, -(-len(body) // chunks))
-    pieces = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
-    for i, piece in enumerate(pieces):
-        stream.send(pb.ProcessingRequest(request_body=pb.HttpBody(body=piece, end_of_stream=i == len(pieces) - 1)))
+    if body is not None:
+        size = max(1, -(-len(body) // chunks))
+        pieces = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
+        for i, piece in enumerate(pieces):
+            end = i == len(pieces) - 1
+            stream.send(pb.ProcessingRequest(request_body=pb.HttpBody(body=piece, end_of_stream=end)))
     out = Outcome()
     answer = stream.recv()
     if answer.WhichOneof("response") == "immediate_response":
@@ -130,6 +129,8 @@ def decide(
     out.destination = out.request_set[DESTINATION_KEY]
     lb = answer.dynamic_metadata.fields[LB_NAMESPACE].struct_value
     out.metadata_destination = lb.fields[DESTINATION_KEY].string_value
+    if body is None:
+        return out
     forwarded = []
     while True:
         answer = stream.recv()
@@ -142,15 +143,23 @@ def decide(
     return out
 
 
-def respond(stream: Stream, out: Outcome, path: str, headers: dict[str, str] | None = None, served: str = "") -> None:
+def respond(
+    stream: Stream,
+    out: Outcome,
+    path: str,
+    headers: dict[str, str] | None = None,
+    served: str = "",
+    method: str = "POST",
+) -> None:
     """The response phase: the request goes to the endpoint Envoy would pick (the first of the
     destination, or `served`), and its answer flows back through the stream, chunk by chunk."""
     target = served or out.endpoint
     hdrs = {"content-type": "application/json", **(headers or {}), **out.request_set}
     hdrs = {k: v for k, v in hdrs.items() if k not in out.request_removed}
+    content = out.forwarded_body if method == "POST" else None
     with (
         httpx.Client(timeout=60) as http,
-        http.stream("POST", f"http://{target}{path}", content=out.forwarded_body, headers=hdrs) as resp,
+        http.stream(method, f"http://{target}{path}", content=content, headers=hdrs) as resp,
     ):
         out.status = resp.status_code
         resp_headers = {":status": str(resp.status_code), **{k.lower(): v for k, v in resp.headers.items()}}
@@ -178,16 +187,17 @@ def _body_answer(stream: Stream) -> bytes:
 def through_envoy(
     stub: pb_grpc.ExternalProcessorStub,
     path: str,
-    body: bytes,
+    body: bytes | None,
     headers: dict[str, str] | None = None,
     subset: list[str] | None = None,
+    method: str = "POST",
 ) -> Outcome:
     """A whole request through the picker, as Envoy carries it."""
     stream = Stream(stub)
     try:
-        out = decide(stream, path, body, headers, subset)
+        out = decide(stream, path, body, headers, subset, method=method)
         if out.immediate_status is None:
-            respond(stream, out, path, headers)
+            respond(stream, out, path, headers, method=method)
         stream.half_close()
         assert stream.rest() == []
         return out
