@@ -11,7 +11,12 @@ Both doors run GatewayCore's one request path on the same profile actors (the `d
 simulated pods for the snapshot). Sequential requests give the added latency (p50 / p99); N
 concurrent clients give the decisions per second.
 
-    python -m bench.ext_proc_door [--requests 2000] [--concurrency 32] [--port 8460]"""
+With `--envoy` (a real Envoy: the `envoy` extra, bench/real_envoy.py, deploy/envoy.yaml), whole
+requests too, each to a simulated pod and back (`max_tokens` 1): straight to the pod, through the
+HTTP gateway (it forwards), and through Envoy asking Ray EPP over ext_proc (Envoy forwards). The
+difference to the pod's own figure is what each door adds to a request.
+
+    python -m bench.ext_proc_door [--requests 2000] [--concurrency 32] [--port 8460] [--envoy]"""
 
 from __future__ import annotations
 
@@ -72,6 +77,29 @@ async def http_request(session: aiohttp.ClientSession, url: str, i: int) -> floa
     return time.perf_counter() - start
 
 
+async def whole_request(session: aiohttp.ClientSession, urls: list[str], i: int) -> float:
+    """A request answered by a pod: to one of `urls` in turn (the pods, or a door)."""
+    url = urls[i % len(urls)]
+    start = time.perf_counter()
+    body = json.dumps({"model": MODEL, "prompt": f"whole {i} " + "lorem ipsum " * 150, "max_tokens": 1})
+    async with session.post(f"{url}/v1/completions", data=body, headers={"content-type": "application/json"}) as r:
+        await r.read()
+        if r.status != 200:
+            raise RuntimeError(f"{url} answered {r.status}")
+    return time.perf_counter() - start
+
+
+async def run_whole(urls: dict[str, list[str]], n: int, concurrency: int) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    async with aiohttp.ClientSession() as session:
+        for url in urls.values():
+            for _ in range(50):
+                await whole_request(session, url, -1)
+        for name, url in urls.items():
+            out[name] = await _measure(lambda i, url=url: whole_request(session, url, i), n, concurrency)
+    return out
+
+
 async def _measure(one, n: int, concurrency: int) -> dict[str, float]:
     lat = [await one(i) for i in range(min(n, 500))]  # sequential: the added latency
     counter = iter(range(n))
@@ -109,19 +137,35 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--port", type=int, default=8460)
     ap.add_argument("--pods", type=int, default=4)
+    ap.add_argument("--envoy", action="store_true", help="also whole requests through a real Envoy")
     args = ap.parse_args(argv)
     from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     dep = EppDeployment.start(
         LaunchSpec(sim_pods=args.pods, port=args.port, ext_proc_port=args.port + 1, settings={"pick_api": True})
     )
+    envoy = None
     try:
         figures = asyncio.run(run(dep.url, dep.ext_proc_address or "", args.requests, args.concurrency))
+        whole = {}
+        if args.envoy:
+            from bench.real_envoy import RealEnvoy
+
+            envoy = RealEnvoy(args.port + 2, args.port + 1, args.port + 3).start()
+            pods = [p.url for p in dep.sim.pods]  # type: ignore[union-attr]
+            urls = {"pods directly": pods, "http gateway": [dep.url], "envoy + ext_proc": [envoy.url]}
+            whole = asyncio.run(run_whole(urls, args.requests, args.concurrency))
     finally:
+        if envoy is not None:
+            envoy.stop()
         dep.stop()
-    print(f"{'door':<16}{'p50 ms':>9}{'p99 ms':>9}{'decisions/s':>14}   (1 replica, concurrency {args.concurrency})")
+    print(f"{'door':<18}{'p50 ms':>9}{'p99 ms':>9}{'decisions/s':>14}   (1 replica, concurrency {args.concurrency})")
     for door, f in figures.items():
-        print(f"{door:<16}{f['p50_ms']:>9.2f}{f['p99_ms']:>9.2f}{f['decisions_per_s']:>14.0f}")
+        print(f"{door:<18}{f['p50_ms']:>9.2f}{f['p99_ms']:>9.2f}{f['decisions_per_s']:>14.0f}")
+    if whole:
+        print(f"\n{'whole request':<18}{'p50 ms':>9}{'p99 ms':>9}{'requests/s':>14}   (max_tokens 1, a simulated pod)")
+        for door, f in whole.items():
+            print(f"{door:<18}{f['p50_ms']:>9.2f}{f['p99_ms']:>9.2f}{f['decisions_per_s']:>14.0f}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tests.conftest import GATEWAY_TEST_PORT
 
 
@@ -54,3 +56,25 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, every_s: f
             return value
         time.sleep(every_s)
     raise AssertionError("condition not reached in time")
+
+
+def replicas(url: str, want: int, tries: int = 400) -> dict[str, int]:
+    """The replicas behind the port (actor name -> pid), seen over fresh connections (the kernel
+    spreads them over the port's sockets)."""
+    seen: dict[str, int] = {}
+    for _ in range(tries):
+        with httpx.Client(timeout=5) as c:  # a new connection each time
+            health = c.get(f"{url}/health").json()
+        seen[health["replica"]] = health["pid"]
+        if len(seen) >= want:
+            break
+    return seen
+
+
+def in_flight(gateway) -> int:
+    """Requests the profile actors' plugins were told of (PreRequest) and not yet told the end of
+    (ResponseComplete): what their in-flight ledgers hold."""
+    import ray
+
+    infos = ray.get([a.info.remote() for a in gateway.actors.all_profile_actors()], timeout=30)
+    return sum(i["events"].get("pre_request", 0) - i["events"].get("response_complete", 0) for i in infos)

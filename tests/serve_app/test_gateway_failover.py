@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import GATEWAY_TEST_PORT
+from tests.serve_app.deployments import replicas
 
 pytestmark = pytest.mark.ray
 
@@ -34,19 +35,6 @@ def gateway(ray_session):
             yield dep
         finally:
             dep.stop()
-
-
-def replicas(url: str, want: int, tries: int = 400) -> dict[str, int]:
-    """The replicas behind the port (actor name -> pid), seen over fresh connections (the kernel
-    spreads them over the port's sockets)."""
-    seen: dict[str, int] = {}
-    for _ in range(tries):
-        with httpx.Client(timeout=5) as c:  # a new connection each time
-            health = c.get(f"{url}/health").json()
-        seen[health["replica"]] = health["pid"]
-        if len(seen) >= want:
-            break
-    return seen
 
 
 class Load:

@@ -44,12 +44,15 @@ class Stream:
     def __init__(self, stub: pb_grpc.ExternalProcessorStub, timeout_s: float = 60.0) -> None:
         self._out: queue.Queue = queue.Queue()
         self._answers: Iterator[pb.ProcessingResponse] = stub.Process(iter(self._out.get, _END), timeout=timeout_s)
+        self.received = 0  # answers read: none yet means the picker had not started answering
 
     def send(self, msg: pb.ProcessingRequest) -> None:
         self._out.put(msg)
 
     def recv(self) -> pb.ProcessingResponse:
-        return next(self._answers)
+        answer = next(self._answers)
+        self.received += 1
+        return answer
 
     def half_close(self) -> None:
         self._out.put(_END)

@@ -18,7 +18,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.conftest import GATEWAY_TEST_PORT
-from tests.serve_app.deployments import sim_pods, start_deployment, wait_until
+from tests.serve_app.deployments import in_flight, sim_pods, start_deployment, wait_until
 from tests.serve_app.extproc.envoy import Stream, decide, headers_message, respond, stub_for, through_envoy
 
 pytestmark = pytest.mark.ray
@@ -68,8 +68,6 @@ def http_pick(client, prompt: str, sim, **headers) -> str:
     resp = client.post(COMPLETIONS, content=body(prompt), headers={"content-type": "application/json", **headers})
     assert resp.status_code == 200, resp.text
     return pod_of(resp.headers["x-gateway-destination-endpoint"], sim)
-
-
 
 
 def test_the_pick_goes_out_as_header_and_metadata_and_the_response_comes_back(stub, sim):
@@ -179,15 +177,6 @@ def test_health_services_as_the_protocol_defines_them(channel):
     with pytest.raises(grpc.RpcError) as err:
         health.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=10)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
-
-
-def in_flight(gateway) -> int:
-    """Requests the profile actors' plugins were told of (PreRequest) and not yet told the end of
-    (ResponseComplete): what their in-flight ledgers hold."""
-    import ray
-
-    infos = ray.get([a.info.remote() for a in gateway.actors.all_profile_actors()], timeout=30)
-    return sum(i["events"].get("pre_request", 0) - i["events"].get("response_complete", 0) for i in infos)
 
 
 def test_streams_cancelled_mid_way_leave_no_in_flight_entry(stub, gateway, sim):

@@ -1,5 +1,5 @@
 """OpenTelemetry traces through the ext_proc door: a stream is one trace continuing the
-`traceparent` Envoy passes on from the client, with the HTTP door's spans (serve_app/tracing.py),
+`traceparent` Envoy passes on from the client, with the HTTP door's spans (serve_app/gateway/tracing.py),
 and the pod gets the forward span's context in the header mutation Envoy applies. Real Ray actors
 (ray_epp/configs/pd.yaml: a prefill and a decode profile actor) and simulated prefill and decode
 pods that record the headers they get; the ext_proc service runs in this process on a GatewayCore
@@ -61,8 +61,8 @@ class TracedDoor:
 
         from scheduler import dump_config, load_config_file
         from serve_app.extproc.service import ExternalProcessor
-        from serve_app.gateway import GatewayCore
-        from serve_app.tracing import RequestTracing
+        from serve_app.gateway.core import GatewayCore
+        from serve_app.gateway.tracing import RequestTracing
 
         config = dump_config(load_config_file("pd"))
         self.core = GatewayCore(config, {}, deployment.actors.datastore, deployment.actors.shards, None)
