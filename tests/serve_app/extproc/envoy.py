@@ -8,6 +8,7 @@ goes back through the stream."""
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,10 +99,12 @@ def decide(
     subset: list[str] | None = None,
     chunks: int = 3,
     method: str = "POST",
+    pause_s: float = 0.0,
 ) -> Outcome:
     """The request phase: headers, the body in `chunks` pieces (the last with end_of_stream), and
     the picker's answers up to the end of the (echoed) body, or its ImmediateResponse. A request
-    without a body (`body` None: a GET, a DELETE) is its headers alone, with end_of_stream."""
+    without a body (`body` None: a GET, a DELETE) is its headers alone, with end_of_stream.
+    `pause_s`: the client's upload is slow, Envoy streams what came before the last chunk."""
     hdrs = {":method": method, ":path": path, ":authority": "gateway.local", ":scheme": "http"}
     if body is not None:
         hdrs |= {"content-type": "application/json", "content-length": str(len(body))}
@@ -116,6 +119,8 @@ def decide(
         pieces = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
         for i, piece in enumerate(pieces):
             end = i == len(pieces) - 1
+            if end and pause_s:
+                time.sleep(pause_s)
             stream.send(pb.ProcessingRequest(request_body=pb.HttpBody(body=piece, end_of_stream=end)))
     out = Outcome()
     answer = stream.recv()

@@ -141,7 +141,7 @@ def test_routing_headers_from_the_client_are_removed(stub):
     [
         (COMPLETIONS, b"{not json", 400, "not valid JSON"),
         (COMPLETIONS, json.dumps({"prompt": "no model"}).encode(), 400, "'model' is required"),
-        ("/v1/embeddings", body("x"), 404, "not an inference route"),
+        ("/v1/fine_tuning/jobs", body("x"), 404, "not an inference route"),
         (COMPLETIONS, body("x" * 300_000), 413, "exceeds the limit"),
     ],
 )

@@ -34,6 +34,11 @@ pytestmark = pytest.mark.ray
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 EXT_PROC_PORT = GATEWAY_TEST_PORT + 3
 WORKERS = 6
+MAX_LOAD_S = 120.0  # the load's bound in time; it stops sooner, once the survivor has shown it serves
+AFTER_KILL = 20  # streams the survivor answers after the kill before the load stops
+# Each client uploads its body slowly (the last chunk after this pause): most of the time each
+# stream is under way without an answer yet, the streams a dead replica's death must not lose.
+UPLOAD_PAUSE_S = 1.0
 
 
 def envoy_retry_policy() -> dict:
@@ -78,11 +83,13 @@ def ext_proc_sockets(pid: int) -> tuple[bool, int]:
 
 class Load:
     """WORKERS threads, one request at a time each through the picker as Envoy carries it (request
-    phase, the pod, response phase), with Envoy's retry of a stream that had no answer yet."""
+    phase with a slow upload, the pod, response phase), with Envoy's retry of a stream that had no
+    answer yet; until told to stop (bounded by MAX_LOAD_S)."""
 
-    def __init__(self, address: str, duration_s: float) -> None:
+    def __init__(self, address: str) -> None:
         self.address = address
-        self.deadline = time.monotonic() + duration_s
+        self.deadline = time.monotonic() + MAX_LOAD_S
+        self.stopped = threading.Event()
         self.lock = threading.Lock()
         self.ok: list[float] = []  # completion times
         self.replayed = 0  # streams that failed before an answer and were answered on a replay
@@ -94,7 +101,7 @@ class Load:
         channel, stub = new_stub(self.address)
         i = 0
         try:
-            while time.monotonic() < self.deadline:
+            while time.monotonic() < self.deadline and not self.stopped.is_set():
                 i += 1
                 body = json.dumps({"model": MODEL, "prompt": f"worker {worker} request {i}", "max_tokens": 6})
                 for attempt in range(RETRIES + 1):
@@ -116,7 +123,7 @@ class Load:
     def _one(self, stub, body: bytes) -> str:
         stream = Stream(stub, timeout_s=30)
         try:
-            out = decide(stream, "/v1/completions", body)
+            out = decide(stream, "/v1/completions", body, pause_s=UPLOAD_PAUSE_S)
             if out.immediate_status is not None:
                 with self.lock:
                     self.lost_in_flight.append(f"answered {out.immediate_status}: {out.immediate_body[:80]!r}")
@@ -140,7 +147,12 @@ class Load:
             t.start()
         return self
 
+    def answered_since(self, t: float) -> int:
+        with self.lock:
+            return sum(done > t for done in self.ok)
+
     def __exit__(self, *exc) -> None:
+        self.stopped.set()
         for t in self.threads:
             t.join(60)
 
@@ -157,18 +169,18 @@ def test_killing_a_replica_under_ext_proc_load_loses_no_stream_that_had_not_star
     assert len(pids) == 2, f"two replicas: saw {pids}"
     wait_until(lambda: all(ext_proc_sockets(pid)[0] for pid in pids.values()), timeout_s=20)  # both listen
 
-    with Load(gateway.ext_proc_address, duration_s=9.0) as load:
+    with Load(gateway.ext_proc_address) as load:
         # the victim: the replica holding the most of the load's connections (all of them, at worst)
         def connections() -> dict[str, int] | None:
             held = {name: ext_proc_sockets(pid)[1] for name, pid in pids.items()}
             return held if sum(held.values()) >= WORKERS else None
 
-        time.sleep(2.0)
+        wait_until(lambda: load.answered_since(0) >= 2 * WORKERS, timeout_s=60)  # under way
         held = wait_until(connections, timeout_s=10, every_s=0.05)
         victim = max(held, key=held.get)
         killed_at = time.monotonic()
         ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
-    after = [t for t in load.ok if t > killed_at + 0.5]
+        wait_until(lambda: load.answered_since(killed_at) >= AFTER_KILL, timeout_s=MAX_LOAD_S / 2)
     print(
         f"\next_proc failover: {len(load.ok)} answered ({load.replayed} after a replay), "
         f"{len(load.lost_in_flight)} lost in flight, {len(load.lost_not_started)} lost before they started; "
@@ -176,5 +188,6 @@ def test_killing_a_replica_under_ext_proc_load_loses_no_stream_that_had_not_star
     )
     assert held[victim] >= 1
     assert load.lost_not_started == [], load.lost_not_started[:5]
+    assert load.replayed >= 1, "the kill caught streams that had not started (they were replayed)"
     assert len(load.lost_in_flight) <= WORKERS, load.lost_in_flight  # each worker has one stream at a time
-    assert len(after) > 20, f"the survivor kept answering: {len(after)} streams after the kill"
+    assert load.answered_since(killed_at) >= AFTER_KILL  # the survivor answers the port's streams

@@ -86,3 +86,36 @@ def test_the_http_door_decides_alike(client, stub, sim):
     assert trace["trace"]["pd"]["decision"] == "pd" and PREFILLER in out.request_set
     assert name_of(resp.headers["x-gateway-destination-endpoint"], sim).startswith("decode-")
     assert name_of(out.endpoint, sim).startswith("decode-")
+
+
+def http_decision(client, sim, prompt: str) -> tuple[str, str]:
+    """The HTTP door's P/D decision ("pd" or "decode-only") and decode pod for a prompt."""
+    resp = client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 2}, headers={"x-epp-debug": "1"}
+    )
+    assert resp.status_code == 200, resp.text
+    trace = json.loads(resp.headers["x-epp-trace"])["trace"]
+    decode = name_of(resp.headers["x-gateway-destination-endpoint"], sim)
+    return trace.get("pd", {}).get("decision", "decode-only"), decode
+
+
+def ext_proc_decision(stub, sim, prompt: str) -> tuple[str, str]:
+    out = through_envoy(stub, "/v1/completions", body(prompt))
+    assert out.status == 200
+    return ("pd" if PREFILLER in out.request_set else "decode-only"), name_of(out.endpoint, sim)
+
+
+def test_the_same_request_sequence_gets_the_same_pd_decisions_at_both_doors(client, stub, sim):
+    """A long new prompt, a short one, the long one again (its decode pod holds it now), another
+    long new one: the same decisions, the repeat on its first decode pod, at either door."""
+    doors = {"http": lambda p: http_decision(client, sim, p), "ext_proc": lambda p: ext_proc_decision(stub, sim, p)}
+    runs = {}
+    for door, decide_at in doors.items():
+        first = decide_at(f"[{door} A] " + LONG)
+        short = decide_at("hi there")
+        time.sleep(0.1)
+        again = decide_at(f"[{door} A] " + LONG)
+        other = decide_at(f"[{door} B] " + LONG)
+        assert again[1] == first[1], (door, first, again)  # prefix affinity of the decode pod
+        runs[door] = [first[0], short[0], again[0], other[0]]
+    assert runs["http"] == runs["ext_proc"] == ["pd", "decode-only", "decode-only", "pd"], runs
