@@ -8,8 +8,9 @@ second of one gateway replica and the latency a decision adds per request.
   schedule, PreRequest and ResponseComplete).
 
 Both doors run GatewayCore's one request path on the same profile actors (the `default` config,
-simulated pods for the snapshot). Sequential requests give the added latency (p50 / p99); N
-concurrent clients give the decisions per second.
+simulated pods for the snapshot). Sequential requests, interleaved over the doors, give the added
+latency (p50 / p99); N concurrent clients give the decisions per second (each door twice, in
+opposite orders, averaged: the machine's drift falls on both).
 
 With `--envoy` (a real Envoy: the `envoy` extra, bench/real_envoy.py, deploy/envoy.yaml), whole
 requests too, each to a simulated pod and back (`max_tokens` 1): straight to the pod, through the
@@ -25,6 +26,7 @@ import asyncio
 import json
 import statistics
 import time
+from typing import Any
 
 import aiohttp
 import grpc
@@ -83,52 +85,69 @@ async def whole_request(session: aiohttp.ClientSession, urls: list[str], i: int)
     start = time.perf_counter()
     body = json.dumps({"model": MODEL, "prompt": f"whole {i} " + "lorem ipsum " * 150, "max_tokens": 1})
     async with session.post(f"{url}/v1/completions", data=body, headers={"content-type": "application/json"}) as r:
-        await r.read()
-        if r.status != 200:
-            raise RuntimeError(f"{url} answered {r.status}")
+        answer = await r.read()
+        if r.status != 200 or not json.loads(answer).get("choices"):
+            raise RuntimeError(f"{url} answered {r.status}: {answer[:200]!r}")
     return time.perf_counter() - start
 
 
 async def run_whole(urls: dict[str, list[str]], n: int, concurrency: int) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
     async with aiohttp.ClientSession() as session:
         for url in urls.values():
             for _ in range(50):
                 await whole_request(session, url, -1)
-        for name, url in urls.items():
-            out[name] = await _measure(lambda i, url=url: whole_request(session, url, i), n, concurrency)
+        doors = {name: (lambda i, url=url: whole_request(session, url, i)) for name, url in urls.items()}
+        return await _measure(doors, n, concurrency)
+
+
+async def _measure(doors: dict[str, Any], n: int, concurrency: int) -> dict[str, dict[str, float]]:
+    """Each door's latency from sequential requests, interleaved (request i at every door in turn,
+    so a drift of the machine's load falls on all alike), and its rate under `concurrency`
+    clients: n/2 requests in the doors' order, n/2 in the reverse order, the two rates averaged."""
+    lat: dict[str, list[float]] = {name: [] for name in doors}
+    for i in range(min(n, 500)):
+        for name, one in doors.items():
+            lat[name].append(await one(i))
+    rates: dict[str, list[float]] = {name: [] for name in doors}
+    for order in (list(doors), list(reversed(doors))):
+        for name in order:
+            counter = iter(range(n // 2))
+
+            async def worker(one=doors[name], counter=counter) -> None:
+                for i in counter:
+                    await one(i)
+
+            start = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            rates[name].append((n // 2) / (time.perf_counter() - start))
+    out = {}
+    for name, values in lat.items():
+        values.sort()
+        out[name] = {
+            "p50_ms": statistics.median(values) * 1000,
+            "p99_ms": values[int(len(values) * 0.99) - 1] * 1000,
+            "decisions_per_s": statistics.mean(rates[name]),
+        }
     return out
 
 
-async def _measure(one, n: int, concurrency: int) -> dict[str, float]:
-    lat = [await one(i) for i in range(min(n, 500))]  # sequential: the added latency
-    counter = iter(range(n))
-
-    async def worker() -> None:
-        for i in counter:
-            await one(i)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - start
-    lat.sort()
-    return {
-        "p50_ms": statistics.median(lat) * 1000,
-        "p99_ms": lat[int(len(lat) * 0.99) - 1] * 1000,
-        "decisions_per_s": n / elapsed,
-    }
-
-
 async def run(url: str, address: str, n: int, concurrency: int) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
     async with grpc.aio.insecure_channel(address) as channel, aiohttp.ClientSession() as session:
         stub = pb_grpc.ExternalProcessorStub(channel)
         for _ in range(50):  # warm both doors (connections, the replica's first snapshot)
             await ext_proc_request(stub, -1)
             await http_request(session, url, -1)
-        out["http /v1/pick"] = await _measure(lambda i: http_request(session, url, i), n, concurrency)
-        out["ext_proc"] = await _measure(lambda i: ext_proc_request(stub, i), n, concurrency)
-    return out
+        doors = {
+            "http /v1/pick": lambda i: http_request(session, url, i),
+            "ext_proc": lambda i: ext_proc_request(stub, i),
+        }
+        return await _measure(doors, n, concurrency)
+
+
+def _table(title: str, rate: str, note: str, figures: dict[str, dict[str, float]]) -> None:
+    print(f"\n{title:<18}{'p50 ms':>9}{'p99 ms':>9}{rate:>14}   ({note})")
+    for door, f in figures.items():
+        print(f"{door:<18}{f['p50_ms']:>9.2f}{f['p99_ms']:>9.2f}{f['decisions_per_s']:>14.0f}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -147,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     envoy = None
     try:
         figures = asyncio.run(run(dep.url, dep.ext_proc_address or "", args.requests, args.concurrency))
-        whole = {}
+        _table("door", "decisions/s", f"1 replica, concurrency {args.concurrency}", figures)
         if args.envoy:
             from bench.real_envoy import RealEnvoy
 
@@ -155,17 +174,11 @@ def main(argv: list[str] | None = None) -> None:
             pods = [p.url for p in dep.sim.pods]  # type: ignore[union-attr]
             urls = {"pods directly": pods, "http gateway": [dep.url], "envoy + ext_proc": [envoy.url]}
             whole = asyncio.run(run_whole(urls, args.requests, args.concurrency))
+            _table("whole request", "requests/s", "max_tokens 1, simulated pods", whole)
     finally:
         if envoy is not None:
             envoy.stop()
         dep.stop()
-    print(f"{'door':<18}{'p50 ms':>9}{'p99 ms':>9}{'decisions/s':>14}   (1 replica, concurrency {args.concurrency})")
-    for door, f in figures.items():
-        print(f"{door:<18}{f['p50_ms']:>9.2f}{f['p99_ms']:>9.2f}{f['decisions_per_s']:>14.0f}")
-    if whole:
-        print(f"\n{'whole request':<18}{'p50 ms':>9}{'p99 ms':>9}{'requests/s':>14}   (max_tokens 1, a simulated pod)")
-        for door, f in whole.items():
-            print(f"{door:<18}{f['p50_ms']:>9.2f}{f['p99_ms']:>9.2f}{f['decisions_per_s']:>14.0f}")
 
 
 if __name__ == "__main__":

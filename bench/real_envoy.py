@@ -18,7 +18,7 @@ import httpx
 import yaml
 
 BOOTSTRAP = Path(__file__).resolve().parents[1] / "deploy" / "envoy.yaml"
-START_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 120.0  # a loaded machine answers Envoy's 1 s health checks late
 
 
 def envoy_binary() -> str | None:
