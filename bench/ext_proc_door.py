@@ -79,11 +79,12 @@ async def http_request(session: aiohttp.ClientSession, url: str, i: int) -> floa
     return time.perf_counter() - start
 
 
-async def whole_request(session: aiohttp.ClientSession, urls: list[str], i: int) -> float:
-    """A request answered by a pod: to one of `urls` in turn (the pods, or a door)."""
+async def whole_request(session: aiohttp.ClientSession, urls: list[str], door: str, i: int) -> float:
+    """A request answered by a pod: to one of `urls` in turn (the pods, or a door). Its prompt names
+    the door: no door finds a prompt another door sent already cached on a pod."""
     url = urls[i % len(urls)]
     start = time.perf_counter()
-    body = json.dumps({"model": MODEL, "prompt": f"whole {i} " + "lorem ipsum " * 150, "max_tokens": 1})
+    body = json.dumps({"model": MODEL, "prompt": f"{door} {i} " + "lorem ipsum " * 150, "max_tokens": 1})
     async with session.post(f"{url}/v1/completions", data=body, headers={"content-type": "application/json"}) as r:
         answer = await r.read()
         if r.status != 200 or not json.loads(answer).get("choices"):
@@ -93,10 +94,10 @@ async def whole_request(session: aiohttp.ClientSession, urls: list[str], i: int)
 
 async def run_whole(urls: dict[str, list[str]], n: int, concurrency: int) -> dict[str, dict[str, float]]:
     async with aiohttp.ClientSession() as session:
-        for url in urls.values():
-            for _ in range(50):
-                await whole_request(session, url, -1)
-        doors = {name: (lambda i, url=url: whole_request(session, url, i)) for name, url in urls.items()}
+        for name, url in urls.items():
+            for i in range(50):
+                await whole_request(session, url, f"warm {name}", i)
+        doors = {d: (lambda i, url=url, d=d: whole_request(session, url, d, i)) for d, url in urls.items()}
         return await _measure(doors, n, concurrency)
 
 

@@ -2,16 +2,25 @@
 skipped otherwise). Envoy runs deploy/envoy.yaml with its ports moved (bench/real_envoy.py): its
 ext_proc filter asks Ray EPP's gRPC port for each request's endpoint and its ORIGINAL_DST cluster
 sends the request to the address Ray EPP set. Clients speak to Envoy only (the official SDKs);
-real Ray, real Serve, simulated vLLM pods on 127.0.0.1 that record the headers they get."""
+real Ray, real Serve (two gateway replicas on one ext_proc port), simulated vLLM pods on 127.0.0.1
+that record the headers they get. The last test kills the replica that holds Envoy's ext_proc
+connection under load."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+import threading
+import time
+
 import httpx
+import psutil
 import pytest
 
 from bench.real_envoy import RealEnvoy, envoy_binary
 from tests.conftest import GATEWAY_TEST_PORT
-from tests.serve_app.deployments import in_flight, sim_pods, start_deployment, wait_until
+from tests.serve_app.deployments import in_flight, replicas, sim_pods, start_deployment, wait_until
 
 pytestmark = [
     pytest.mark.ray,
@@ -31,7 +40,7 @@ def sim():
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim):
     settings = {"tracing_sample_ratio": 1.0, "tracing_exporter": "none"}  # spans made, context sent on
-    dep = start_deployment(sim, settings=settings, ext_proc_port=EXT_PROC_PORT)
+    dep = start_deployment(sim, settings=settings, ext_proc_port=EXT_PROC_PORT, replicas=2)
     yield dep
     dep.stop()
 
@@ -119,3 +128,108 @@ def test_every_request_through_envoy_is_told_complete(gateway, envoy, via):
     assert stats, "Envoy's ext_proc statistics"
     failed = {k: v for k, v in stats.items() if k.endswith(("stream_open_failures", "failure_mode_allowed")) and v}
     assert failed == {}, failed
+
+
+def envoys_busiest_connection() -> int | None:
+    """The local port of the connection to Ray EPP's ext_proc port that has carried the most bytes
+    (Envoy's stream connection; its health checks use another, nearly idle)."""
+    out = subprocess.run(
+        ["ss", "-Htni", "state", "established", f"( dport = :{EXT_PROC_PORT} )"],
+        capture_output=True, text=True, check=True, timeout=10,
+    ).stdout  # fmt: skip
+    best, port = -1, None
+    for local, info in re.findall(r"127\.0\.0\.1:(\d+)\s+127\.0\.0\.1:\d+\s*\n?(.*?)(?=\n\S|\Z)", out, re.S):
+        acked = re.search(r"bytes_acked:(\d+)", info)
+        if acked and int(acked.group(1)) > best:
+            best, port = int(acked.group(1)), int(local)
+    return port
+
+
+def replica_serving(pids: dict[str, int], client_port: int) -> str | None:
+    """The replica whose socket is the other end of the connection from `client_port`."""
+    for name, pid in pids.items():
+        for c in psutil.Process(pid).net_connections(kind="tcp"):
+            if c.laddr and c.laddr.port == EXT_PROC_PORT and c.raddr and c.raddr.port == client_port:
+                return name
+    return None
+
+
+class SlowUploads:
+    """WORKERS clients posting through Envoy, each body sent in two parts a second apart (Envoy
+    streams the first part to Ray EPP, which answers only once the body has ended); for each
+    request, when its last part went out and what came back."""
+
+    WORKERS = 6
+    PAUSE_S = 1.0
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+        self.results: list[tuple[float, float, int | str]] = []  # (body ended, answered, status)
+        self.threads = [threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(self.WORKERS)]
+
+    def _run(self, worker: int) -> None:
+        deadline = time.monotonic() + 120
+        i = 0
+        with httpx.Client(timeout=60) as client:
+            while not self.stopped.is_set() and time.monotonic() < deadline:
+                i += 1
+                ended: list[float] = []
+                prompt = f"worker {worker} request {i} " + "slow upload " * 40
+
+                def body(prompt=prompt, ended=ended):
+                    yield b'{"model": "' + MODEL.encode() + b'", "max_tokens": 4, '
+                    time.sleep(self.PAUSE_S)
+                    ended.append(time.monotonic())
+                    yield b'"prompt": "' + prompt.encode() + b'"}'
+
+                try:
+                    status: int | str = client.post(
+                        "/v1/completions", content=body(), headers={"content-type": "application/json"}
+                    ).status_code
+                except httpx.HTTPError as err:
+                    status = type(err).__name__
+                with self.lock:
+                    self.results.append((ended[0] if ended else time.monotonic(), time.monotonic(), status))
+
+    def __enter__(self) -> SlowUploads:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        for t in self.threads:
+            t.join(90)
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to find Envoy's connection")
+def test_zz_a_replica_killed_under_load_loses_no_request_whose_stream_had_not_started(gateway, envoy):
+    """Runs last: kills a replica. Envoy's ext_proc streams all ride one HTTP/2 connection; its
+    replica is killed while clients upload. A request whose body was still coming when the replica
+    died had no answer from Ray EPP: Envoy replays its stream (deploy/envoy.yaml's retry policy) on
+    a new connection, to the survivor, and the client gets its 200. Only requests already decided
+    may fail."""
+    import ray
+
+    pids = replicas(gateway.url, 2)
+    assert len(pids) == 2, pids
+    retries = "cluster.ray_epp_ext_proc.upstream_rq_retry"
+    retried_before = envoy.stats(retries).get(retries, 0)
+    with SlowUploads(envoy.url) as load:
+        wait_until(lambda: len(load.results) >= 2 * load.WORKERS, timeout_s=60)
+        victim = wait_until(lambda: replica_serving(pids, envoys_busiest_connection() or 0), timeout_s=10)
+        killed_at = time.monotonic()
+        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+        wait_until(lambda: sum(1 for _, done, s in load.results if done > killed_at and s == 200) >= 20, 60)
+    not_started = [r for r in load.results if r[0] > killed_at]  # the body ended after the kill
+    decided = [r for r in load.results if r[0] <= killed_at < r[1]]  # in the response phase at the kill
+    retried = envoy.stats(retries).get(retries, 0) - retried_before
+    print(
+        f"\nthrough Envoy: {len(not_started)} requests not started at the kill, {len(decided)} decided; "
+        f"Envoy retried {retried} ext_proc streams; failures: {[r[2] for r in load.results if r[2] != 200]}"
+    )
+    assert [r for r in not_started if r[2] != 200] == []
+    assert retried >= 1, "the kill caught streams that had not started, and Envoy replayed them"
+    assert len([r for r in load.results if r[2] != 200]) <= len(decided)
