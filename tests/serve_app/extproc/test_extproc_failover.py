@@ -1,17 +1,19 @@
 """Two gateway replicas behind one ext_proc port (SO_REUSEPORT, serve_app/extproc/server.py), one
-killed under ext_proc load: no stream is lost that had not started.
+killed under ext_proc load: no stream is lost that had not started, on Ray EPP's side.
 
-What Envoy does, and what the client here does the same way: Envoy's ext_proc filter opens its
-gRPC stream with `setBufferBodyForRetry` when the `grpc_service` has a `retry_policy`
+What Envoy is configured to do, and what the client here does: Envoy's ext_proc filter opens its
+gRPC stream with `setBufferBodyForRetry` when its `GrpcService` has a `retry_policy`
 (deploy/envoy.yaml: `retry_on: connect-failure,refused-stream,reset,unavailable`, 3 retries). Its
 gRPC client then keeps what it sent on the stream and, when the stream fails before the ext_proc
 server answered anything (no response headers yet: a gRPC server sends them with its first
-message), replays it on a new connection, which the kernel gives to a live replica. A stream that
-had an answer is not retried: with `failure_mode_allow: false` Envoy fails that request (500, or a
-reset once the response began). The client below mirrors exactly this: a stream that failed with
-UNAVAILABLE before its first answer is replayed (at most 3 times, on a new connection), one that
-failed after is counted lost in flight (its retry policy is read from deploy/envoy.yaml). Real Ray,
-real Serve, two replicas, simulated pods."""
+message), may replay it on a new connection, which the kernel gives to a live replica. A stream
+that had an answer is not retried: with `failure_mode_allow: false` Envoy fails that request (500,
+or a reset once the response began). The client below replays every stream that failed with
+UNAVAILABLE before its first answer (at most 3 times, on a new connection), and counts one that
+failed after as lost in flight (the policy is read from deploy/envoy.yaml). A real Envoy replays
+only some such streams (test_real_envoy.py, docs/EXT_PROC.md "When a replica dies"): this test
+checks that every replay is answered by the survivor. Real Ray, real Serve, two replicas,
+simulated pods."""
 
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ def envoy_retry_policy() -> dict:
     config = yaml.safe_load(BOOTSTRAP.read_text())
     hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     ext_proc = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
-    return ext_proc["typed_config"]["grpc_service"]["envoy_grpc"]["retry_policy"]
+    return ext_proc["typed_config"]["grpc_service"]["retry_policy"]
 
 
 POLICY = envoy_retry_policy()

