@@ -231,8 +231,9 @@ class PickerStream:
 
     async def _bodiless(self) -> list[pb.ProcessingResponse]:
         """A request without a body (GET /v1/models, a probe): a Responder's answer (as the HTTP
-        door gives it); a stored response (`GET` / `DELETE /v1/responses/{id}`) at the pod that
-        made it; else any ready endpoint of the subset, as GIE routes one. No plugin hears of it."""
+        door gives it); a stored response (`GET` / `DELETE /v1/responses/{id}`, `POST
+        /v1/responses/{id}/cancel`) at the pod that made it; else any ready endpoint of the
+        subset, as GIE routes one. No plugin hears of it."""
         core = self._core
         method = self._headers.get(":method", "GET")
         for responder in core.responders:
@@ -243,13 +244,13 @@ class PickerStream:
                     return [proto.immediate(answer.status, _json(answer.body))]
                 return [proto.immediate_error(GatewayError(answer.status, str(answer.body)))]
         allowed = self._allowed()
-        if self._path.startswith(STORED_RESPONSE):
-            response_id = self._path.removeprefix(STORED_RESPONSE)
+        if self._path.startswith(STORED_RESPONSE):  # {id}, or {id}/cancel
+            response_id, _, action = self._path.removeprefix(STORED_RESPONSE).partition("/")
             pod = await pinned_endpoint(core, response_id, "response_id")
             if allowed is not None and pod.host_port not in allowed:
                 raise _ineligible(f"response {response_id!r} is stored on {pod.host_port}, outside the subset hint")
             pool = [pod]
-            if method == "DELETE":
+            if method == "DELETE" and not action:
                 self._unpin = response_id
         else:
             pool = [ep for ep in core.view.endpoints if allowed is None or ep.host_port in allowed]

@@ -115,6 +115,8 @@ def test_a_responses_conversation_stays_on_its_pod_across_both_doors(client, stu
     # the stored response, read and deleted through the ext_proc door at the pod that made it
     got = through_envoy(stub, f"/v1/responses/{previous}", None, method="GET")
     assert got.status == 200 and json.loads(got.body)["id"] == previous and name_of(got.endpoint, sim) == pod
+    cancel = through_envoy(stub, f"/v1/responses/{previous}/cancel", None)  # the pod's own answer
+    assert cancel.status == 400 and "synchronous" in cancel.body.decode() and name_of(cancel.endpoint, sim) == pod
     gone = through_envoy(stub, f"/v1/responses/{previous}", None, method="DELETE")
     assert gone.status == 200
     after = client.get(f"/v1/responses/{previous}")  # the pin went with it
