@@ -67,9 +67,9 @@ def name_of(host_port: str, sim) -> str:
 
 
 def test_every_load_routed_api_is_picked_and_served(stub, sim):
-    from serve_app.gateway.api_views import LOAD_VIEWS
+    from serve_app.gateway.api_views import FORM_PATHS, LOAD_VIEWS
 
-    assert set(LOAD_BODIES) == set(LOAD_VIEWS)
+    assert set(LOAD_BODIES) == set(LOAD_VIEWS) - FORM_PATHS
     for path, extra in LOAD_BODIES.items():
         out = through_envoy(stub, path, js(model=MODEL, **extra))
         assert out.immediate_status is None and out.status == 200, (path, out.immediate_body, out.body)
@@ -78,6 +78,21 @@ def test_every_load_routed_api_is_picked_and_served(stub, sim):
     from ray_epp.simulator.pooling_api import vector
 
     assert json.loads(embeddings.body)["data"][0]["embedding"] == pytest.approx(vector("alpha"))
+
+
+def test_speech_to_text_forms_are_picked_and_forwarded_whole(stub, sim):
+    """A multipart form (the model read from its fields), as the HTTP door routes it."""
+    import httpx
+
+    from ray_epp.simulator.audio_api import transcript
+
+    audio = bytes(range(256)) * 16
+    for path, task in (("/v1/audio/transcriptions", "transcribe"), ("/v1/audio/translations", "translate")):
+        form = httpx.Request("POST", "http://x" + path, data={"model": MODEL}, files={"file": ("clip.wav", audio)})
+        content_type = form.headers["content-type"]
+        out = through_envoy(stub, path, form.read(), headers={"content-type": content_type})
+        assert out.status == 200, (out.immediate_body, out.body)
+        assert json.loads(out.body)["text"] == transcript(audio, task) and name_of(out.endpoint, sim)
 
 
 def test_a_malformed_load_routed_body_is_the_http_doors_400(client, stub):
