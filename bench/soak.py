@@ -5,19 +5,25 @@ What runs (all on 127.0.0.1): `EppDeployment` (serve_app/cli/launch.py) with 2 g
 port, in front of simulated vLLM pods, each pod in its own process (so one can be SIGKILLed and
 started again on its port). The load is open-loop (Poisson arrivals) at `--load` (default 0.7) of the
 capacity measured first (a closed loop at twice the pods' batch slots; the simulator's engine model
-gives the ceiling it is compared with), every prompt unique, half the requests streamed. Every
+gives the ceiling it is compared with), half the requests streamed. Every
 `--fault-every` seconds one fault, in turn: a pod process killed and started again `--pod-down`
 seconds later, the datastore actor killed, a metrics actor killed, a profile actor killed, a gateway
-replica killed (Ray restarts the actors; Serve replaces the replica).
+replica killed (Ray restarts the actors; Serve replaces the replica), a pod hung (SIGSTOP for
+`--hang` seconds, then SIGCONT) and, with `--kv-events` (pods publish vLLM KV events, the profile
+actor follows them with bench/configs/precise.yaml), a pod's KV-event publisher restarted (its
+process killed and started again at once on the same ports). Half the prompts (`--shared-prefix`)
+start with one of 8 shared system prompts; the rest are unique throughout.
 
-Sampled every `--sample-every` seconds: the RSS (and USS) of every Ray worker process of ours (the
-actors and replicas, found by their `ray::` process titles under our raylet), the driver and the
-pods; the entries of each profile actor's prefix index and in-flight ledgers
+Sampled every `--sample-every` seconds: the RSS (and USS) of every process under the driver: Ray's
+own (gcs_server, raylet, the dashboard and runtime-env agents, the monitors), our actors and
+replicas (by their `ray::` process titles), the pods, and the driver; the entries of each profile
+actor's prefix index and in-flight ledgers
 (ProfileActor.info()["state_sizes"]), the metrics hub's sources and series (MetricsHub.sizes()).
 
     .venv/bin/python -m bench.soak --minutes 30 [--port 25000] [--out bench/results/soak]
 
-Writes <out>.json and <out>.png (RSS and structure sizes over time, faults marked). A benchmark,
+Writes <out>.json, <out>.png (RSS and structure sizes over time, faults marked), and the two small
+figures docs/RELIABILITY.md shows, <out>_rss.png and <out>_errors.png. A benchmark,
 not a test (tests/bench/test_soak.py runs it tiny so it cannot rot)."""
 
 from __future__ import annotations
@@ -42,9 +48,10 @@ import psutil
 
 from bench.e2e import _free_port
 from bench.gateway_overhead import ROOT, _wait_http
+from bench.soak_plots import plot, plot_small
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-FAULTS = ("pod", "datastore", "metrics-actor", "profile-actor", "gateway-replica")
+FAULTS = ("pod", "datastore", "metrics-actor", "profile-actor", "gateway-replica", "hung-pod", "kv-publisher")
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima")
 
 
@@ -56,6 +63,15 @@ class SoakConfig:
     max_num_seqs: int = 2  # small batches, so the pods (not this 2-core machine's gateway) set capacity
     max_tokens: int = 48
     prompt_chars: int = 1000  # ~250 tokens, ~15 prefix blocks a request: the index fills in minutes
+    # The share of requests whose prompt starts with one of `shared_prefixes` system prompts of
+    # `shared_prefix_chars` (the rest of the prompt unique); the others are unique throughout.
+    shared_prefix: float = 0.5
+    shared_prefixes: int = 8
+    shared_prefix_chars: int = 700
+    # Pods publish vLLM KV events and the profile actor follows them (bench/configs/precise.yaml with
+    # a token producer on a small tokenizer): the `kv-publisher` fault restarts a pod's publisher.
+    kv_events: bool = False
+    hang_s: float = 40.0  # a hung pod is SIGSTOPped this long (past first_byte_timeout_s, 30 s)
     replicas: int = 2
     port: int = 25000
     fault_every_s: float = 180.0
@@ -91,6 +107,8 @@ class Soak:
     tmp: Path
     pod_procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     pod_ports: dict[str, int] = field(default_factory=dict)
+    kv_ports: dict[str, int] = field(default_factory=dict)
+    tokenizer: str = ""
     results: list[Result] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
@@ -105,6 +123,9 @@ class Soak:
         from ray_epp.simulator import PodConfig
 
         cfg = PodConfig(name=name, max_num_seqs=self.cfg.max_num_seqs, default_max_tokens=self.cfg.max_tokens)
+        if self.cfg.kv_events:  # the same PUB port after a restart, as a pod's Service keeps it
+            port = self.kv_ports.setdefault(name, _free_port())
+            cfg = cfg.model_copy(update={"kv_events": True, "kv_events_port": port, "tokenizer": self.tokenizer})
         return cfg.model_dump(mode="json")
 
     def start_pod(self, name: str) -> None:
@@ -133,10 +154,22 @@ class Soak:
         from serve_app.cli.launch import EppDeployment, LaunchSpec
 
         names = [f"soak-{i}" for i in range(self.cfg.pods)]
+        config: dict[str, Any] | None = None
+        if self.cfg.kv_events:
+            from bench.precise_routing import precise_config
+            from bench.tokenizer_fixture import make_tokenizer
+
+            self.tokenizer = str(make_tokenizer(self.tmp))
+            config = precise_config(self.tokenizer)
         for name in names:
             self.start_pod(name)
-        pods = [PodSpec(name=n, address="127.0.0.1", port=self.pod_ports[n]) for n in names]
-        self.dep = EppDeployment.start(LaunchSpec(pods=pods, port=self.cfg.port, replicas=self.cfg.replicas))
+        pods = [
+            PodSpec(name=n, address="127.0.0.1", port=self.pod_ports[n],
+                    **({"kvEvents": {"endpoint": f"tcp://127.0.0.1:{self.kv_ports[n]}"}} if self.cfg.kv_events else {}))
+            for n in names
+        ]  # fmt: skip
+        spec = LaunchSpec(pods=pods, port=self.cfg.port, replicas=self.cfg.replicas, config=config)
+        self.dep = EppDeployment.start(spec)
 
     def stop(self) -> None:
         if self.dep is not None:
@@ -146,9 +179,14 @@ class Soak:
     # --- load ----------------------------------------------------------------------------------
 
     def body(self, n: int, stream: bool) -> dict[str, Any]:
+        """Request n's body: a unique prompt, or (a `shared_prefix` share) one of the shared system
+        prompts followed by a unique question, `prompt_chars` long either way."""
         rng = random.Random(self.cfg.seed * 1_000_003 + n)
-        words: list[str] = [f"request {n} {rng.getrandbits(64):016x}:"]
-        size = len(words[0])
+        words: list[str] = []
+        if rng.random() < self.cfg.shared_prefix:
+            words.append(shared_prompt(rng.randrange(self.cfg.shared_prefixes), self.cfg.shared_prefix_chars))
+        words.append(f"request {n} {rng.getrandbits(64):016x}:")
+        size = sum(len(w) + 1 for w in words)
         while size < self.cfg.prompt_chars:
             w = rng.choice(WORDS)
             words.append(w)
@@ -249,6 +287,34 @@ class Soak:
             def back() -> bool:  # routable again: healthy, fresh metrics
                 _, endpoints = ray.get(actors.datastore.snapshot.remote(), timeout=10)
                 return name in {e.name for e in endpoints}
+        elif kind == "hung-pod":
+            name = sorted(self.pod_procs)[k % len(self.pod_procs)]
+            proc = self.pod_procs[name]
+            proc.send_signal(signal.SIGSTOP)
+            fault.detail = f"{name} (pid {proc.pid}) SIGSTOPped for {self.cfg.hang_s:g} s, then SIGCONTed"
+            time.sleep(self.cfg.hang_s)
+            proc.send_signal(signal.SIGCONT)
+            fault.back_t = time.monotonic() - self.t0
+
+            def back() -> bool:
+                _, endpoints = ray.get(actors.datastore.snapshot.remote(), timeout=10)
+                return name in {e.name for e in endpoints}
+        elif kind == "kv-publisher":
+            if not self.cfg.kv_events:
+                raise ValueError("the kv-publisher fault needs --kv-events")
+            name = sorted(self.pod_procs)[k % len(self.pod_procs)]
+            profile = next(iter(actors.profiles.values()))
+            proc = self.pod_procs[name]
+            proc.send_signal(signal.SIGKILL)  # the publisher lives in the pod's process
+            proc.wait(10)
+            self.start_pod(name)  # at once, on the same HTTP and PUB ports
+            fault.back_t = time.monotonic() - self.t0
+            before = ray.get(profile.kv_events.remote(), timeout=30)["streams"].get(name, {}).get("batches", 0)
+            fault.detail = f"{name}'s KV-event publisher (its process) killed and started again on its port"
+
+            def back() -> bool:  # the profile actor receives the new publisher's events
+                stream = ray.get(profile.kv_events.remote(), timeout=10)["streams"].get(name, {})
+                return stream.get("batches", 0) > before
         elif kind == "datastore":
             pid = ray.get(actors.datastore.debug_info.remote(), timeout=30)["pid"]
             ray.kill(actors.datastore, no_restart=False)
@@ -422,6 +488,15 @@ class Soak:
         }
 
 
+def shared_prompt(i: int, chars: int) -> str:
+    """Shared system prompt i, `chars` long."""
+    rng = random.Random(f"shared-prefix:{i}")
+    words = [f"system prompt {i}:"]
+    while sum(len(w) + 1 for w in words) < chars:
+        words.append(rng.choice(WORDS))
+    return " ".join(words)
+
+
 def engine_capacity(cfg: SoakConfig) -> float:
     """Requests a second the pods can finish by the simulator's engine model (TimingConfig):
     a full batch of max_num_seqs decoding max_tokens steps, plus each prompt's prefill."""
@@ -474,7 +549,7 @@ def _role(proc: psutil.Process) -> str:
             if "ServeReplica:" in title:  # "ray::SERVE_REPLICA::<id>:ServeReplica:<app>:<deployment>" at start
                 return "ray::ServeReplica:" + title.split("ServeReplica:", 1)[1]
             return title.split(".", 1)[0]
-        if "simulator" in cmd and "--config" in cmd:
+        if any(part.endswith("simulator") for part in cmd) and "--config" in cmd:
             return "pod:" + Path(cmd[cmd.index("--config") + 1]).stem
         for part in cmd:
             name = Path(part).name
@@ -527,56 +602,6 @@ def _pct(sorted_values: list[float], q: float) -> float | None:
     return round(sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))], 4)
 
 
-def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    samples = report["samples"]
-    fig, (ax_rss, ax_size, ax_req) = plt.subplots(3, 1, figsize=(11, 11), sharex=True)
-    series: dict[str, list[tuple[float, float]]] = {}
-    for s in samples:
-        for key, mem in s["processes"].items():
-            if key.startswith(("ray::IDLE", "ray::CoreWorker")):
-                continue
-            series.setdefault(key, []).append((s["t"] / 60, mem["rss_mb"]))
-    for key, pts in sorted(series.items()):
-        if len(pts) > 1:
-            ax_rss.plot(*zip(*pts, strict=True), label=key, linewidth=1)
-    ax_rss.set_ylabel("RSS (MiB)")
-    ax_rss.legend(fontsize=6, ncol=3, loc="upper left")
-    sizes: dict[str, list[tuple[float, float]]] = {}
-    for s in samples:
-        for key, n in s["sizes"].items():
-            sizes.setdefault(key, []).append((s["t"] / 60, n))
-    for key, pts in sorted(sizes.items()):
-        ax_size.plot(*zip(*pts, strict=True), label=key, linewidth=1)
-    ax_size.set_yscale("symlog")
-    ax_size.set_ylabel("entries")
-    ax_size.legend(fontsize=7, loc="upper left")
-    ts = [s["t"] / 60 for s in samples]
-    sent = [s["sent"] for s in samples]
-    failed = [s["failed"] for s in samples]
-    ax_req.plot(ts, sent, label="requests sent")
-    ax_req.plot(ts, failed, label="failed", color="red")
-    ax_req.set_ylabel("cumulative requests")
-    ax_req.set_yscale("symlog")
-    ax_req.legend(fontsize=7, loc="upper left")
-    ax_req.set_xlabel("minutes")
-    for f in report["faults"]:
-        for ax in (ax_rss, ax_size, ax_req):
-            ax.axvline(f["t"] / 60, color="grey", linestyle=":", linewidth=0.8)
-        ax_req.annotate(f["kind"], (f["t"] / 60, 1), rotation=90, fontsize=6, va="bottom")
-    fig.suptitle(
-        f"soak: {report['rate_rps']} req/s ({report['config']['load']:.0%} of capacity) for "
-        f"{report['seconds'] / 60:.0f} min, {report['sent']} sent, {report['failed']} failed"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def run_soak(cfg: SoakConfig, out: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="epp-soak-") as td:
         soak = Soak(cfg, Path(td))
@@ -589,6 +614,7 @@ def run_soak(cfg: SoakConfig, out: Path | None) -> dict[str, Any]:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
         plot(report, out.with_suffix(".png"))
+        plot_small(report, out.with_name(out.name + "_rss.png"), out.with_name(out.name + "_errors.png"))
     return report
 
 
@@ -604,12 +630,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pod-down", type=float, default=d.pod_down_s)
     p.add_argument("--sample-every", type=float, default=d.sample_every_s)
     p.add_argument("--capacity-seconds", type=float, default=d.capacity_s, help="0: use the engine model's")
-    p.add_argument("--faults", nargs="*", default=list(FAULTS), choices=FAULTS)
+    p.add_argument(
+        "--faults", nargs="*", default=None, choices=FAULTS, help="default: all (kv-publisher with --kv-events)"
+    )
+    p.add_argument("--kv-events", action="store_true", help="pods publish KV events; the precise prefix index follows")
+    p.add_argument("--shared-prefix", type=float, default=d.shared_prefix)
+    p.add_argument("--hang", type=float, default=d.hang_s, help="seconds a hung pod stays SIGSTOPped")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "soak")
     a = p.parse_args(argv)
+    faults = a.faults if a.faults is not None else [f for f in FAULTS if a.kv_events or f != "kv-publisher"]
     cfg = SoakConfig(
         minutes=a.minutes, load=a.load, pods=a.pods, replicas=a.replicas, port=a.port, fault_every_s=a.fault_every,
-        pod_down_s=a.pod_down, sample_every_s=a.sample_every, capacity_s=a.capacity_seconds, faults=tuple(a.faults),
+        pod_down_s=a.pod_down, sample_every_s=a.sample_every, capacity_s=a.capacity_seconds, faults=tuple(faults),
+        kv_events=a.kv_events, shared_prefix=a.shared_prefix, hang_s=a.hang,
     )  # fmt: skip
     report = run_soak(cfg, a.out)
     summary = {k: report[k] for k in ("capacity", "rate_rps", "sent", "ok", "failed", "failed_by", "fault_free")}
@@ -619,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
               f"back after {f['recovered_s']} s")  # fmt: skip
     for k, v in report["sizes"].items():
         print(f"  {k}: {v}")
-    print(f"wrote {a.out}.json and .png")
+    print(f"wrote {a.out}.json, .png, _rss.png and _errors.png")
     return 0
 
 
