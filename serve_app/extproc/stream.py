@@ -51,6 +51,7 @@ from serve_app.gateway.tracing import NO_SPANS, NoSpans, RequestSpans
 
 if TYPE_CHECKING:
     from serve_app.gateway.core import GatewayCore
+    from serve_app.gateway.intake import Admission
 
 log = logging.getLogger("ray_epp.extproc")
 STORED_RESPONSE = RESPONSES_PATH + "/"  # GET / DELETE /v1/responses/{id}: at the pod that made it
@@ -79,7 +80,7 @@ class PickerStream:
         self._body: list[bytes] = []
         self._size = 0
         self._subset: list[str] | None = None
-        self._entered = False  # counted in the replica's in-flight limit
+        self._entered: Admission | None = None  # counted in the replica's in-flight limit
         self._parsed: ParsedRequest | None = None
         self._result: SchedulingResult | None = None
         self._exchange: Exchange | None = None
@@ -134,9 +135,9 @@ class PickerStream:
         elif self._result is not None and self.request is not None:
             core.tell_complete(self.request, self._result.target.name)  # decided, never answered
         self._result = None
-        if self._entered:
-            self._entered = False
-            core.intake.leave()
+        if self._entered is not None:
+            self._entered.leave()
+            self._entered = None
         self._spans.finish(self._status or None)
 
     # ---- the request path ------------------------------------------------------------------
@@ -145,8 +146,7 @@ class PickerStream:
         self._headers, size = proto.header_map(headers)
         self._path = self._headers.get(":path", "").split("?", 1)[0]
         core.intake.check_headers(self._headers, size)
-        core.intake.enter()
-        self._entered = True
+        self._entered = core.intake.enter(core.intake.client_of(self._headers, None))
         if core.tracing is not None:
             method = self._headers.get(":method", "POST")
             self._spans = core.tracing.begin(self._headers, self._path, method) or NO_SPANS

@@ -60,13 +60,18 @@ class _Stream(StreamingResponse):
 
     def __init__(self, content: Any, on_close: Any, **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
-        self._on_close = on_close
+        self._on_close = [on_close]
+
+    def then(self, on_close: Any) -> None:
+        """Run `on_close` too once the stream is over (after the ones given before)."""
+        self._on_close.append(on_close)
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self._on_close()
+            for on_close in self._on_close:
+                on_close()
 
 
 class GatewayCore:
@@ -284,7 +289,8 @@ class GatewayCore:
         started = time.perf_counter()
         try:
             self.intake.check_head(http)
-            self.intake.enter()
+            client = self.intake.client_of_http(http)
+            admission = self.intake.enter(client)
         except GatewayError as err:
             self.count_error(None, err)
             return err.response() if route is None else route.error_response(err)
@@ -292,7 +298,7 @@ class GatewayCore:
         req: LLMRequest | None = None
         spans = (self.tracing.begin(http.headers, path) if self.tracing is not None else None) or NO_SPANS
         try:
-            raw = await self.intake.read_body(http)
+            raw = await self.intake.read_body(http, client)
             await self.ensure_ready()
             parsed = parse_request(raw, dict(http.headers), path, self.settings, self.known_models())
             if route is not None:
@@ -309,8 +315,10 @@ class GatewayCore:
         finally:
             if req is not None:
                 self.settle(req)  # a dispatched request whose scheduling failed
-            if not isinstance(response, _Stream):  # a stream leaves when it ends
-                self.intake.leave()
+            if isinstance(response, _Stream):  # a stream leaves when it ends
+                response.then(admission.leave)
+            else:
+                admission.leave()
                 spans.finish(None if response is None else response.status_code)
 
     async def _schedule_and_forward(
@@ -427,6 +435,5 @@ class GatewayCore:
         def on_close() -> None:
             upstream.release()  # also when the stream never started (client gone first)
             exchange.close()
-            self.intake.leave()
 
         return _Stream(stream(), on_close, status_code=upstream.status, headers=headers)

@@ -67,6 +67,7 @@ class Gateway:
                 lambda: serve.get_replica_context().servable_object is self,
                 self.core.settings.keep_alive_timeout_s,
                 owner,
+                self.core.settings.client_max_connections,
             )
             await self._ingress.start()
             if ingress.get("ext_proc_port"):

@@ -32,7 +32,11 @@ from typing import Any
 
 import psutil
 
+from serve_app.gateway.client_limits import ClientLedger, refusal_bytes
+from serve_app.gateway.errors import GatewayError
+
 STARTUP_TIMEOUT_S = 30.0
+REFUSED_LINGER_S = 1.0  # a connection refused over its client's share is closed this long after its answer
 
 
 def reuseport_socket(host: str, port: int) -> socket.socket:
@@ -166,11 +170,58 @@ def owned_port(host: str, port: int, owner: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def connections_per_client(connections: ClientLedger) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol, counting each connection in `connections` under its source address.
+    One past the address's limit is answered 429 + Retry-After before a request on it is read, and
+    closed: at once for writing (the answer, then FIN), `REFUSED_LINGER_S` later whole, what the
+    client sends meanwhile dropped (closing at once over unread bytes would reset the connection,
+    and the client could lose the answer)."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class PerClientConnections(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+        _counted: str | None = None
+        _refused = False
+
+        def connection_made(self, transport: Any) -> None:
+            peer = transport.get_extra_info("peername")
+            address = peer[0] if isinstance(peer, tuple) and peer else None
+            if address is not None:
+                try:
+                    connections.take(address)
+                except GatewayError as err:  # the address holds its share
+                    self._refused = True
+                    transport.write(refusal_bytes(err))
+                    transport.write_eof()
+                    asyncio.get_running_loop().call_later(REFUSED_LINGER_S, transport.close)
+                    return
+                self._counted = address
+            super().connection_made(transport)
+
+        def data_received(self, data: bytes) -> None:
+            if not self._refused:
+                super().data_received(data)
+
+        def eof_received(self) -> Any:
+            if not self._refused:
+                return super().eof_received()
+            return None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._refused:
+                return
+            if self._counted is not None:
+                connections.give_back(self._counted)
+                self._counted = None
+            super().connection_lost(exc)
+
+    return PerClientConnections
+
+
 class _Server:
     """uvicorn's Server without its signal handlers: the replica's process owns its signals."""
 
     @staticmethod
-    def make(app: Any, host: str, port: int, keep_alive_s: float) -> Any:
+    def make(app: Any, host: str, port: int, keep_alive_s: float, http: type[asyncio.Protocol] | str = "auto") -> Any:
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -190,6 +241,7 @@ class _Server:
             log_config=None,
             timeout_graceful_shutdown=5,
             timeout_keep_alive=keep_alive_s,
+            http=http,
         )
         return Server(config)
 
@@ -200,9 +252,18 @@ class SharedPortServer:
     (Serve sets the replica context a moment after the constructor returns) wait for it."""
 
     def __init__(
-        self, app: Any, host: str, port: int, ready: Callable[[], bool], keep_alive_s: float, owner: str
+        self,
+        app: Any,
+        host: str,
+        port: int,
+        ready: Callable[[], bool],
+        keep_alive_s: float,
+        owner: str,
+        client_max_connections: int | None = None,
     ) -> None:
         self._app = app
+        # connections held per source address (None: no per-client limit)
+        self.connections = ClientLedger("connections", client_max_connections) if client_max_connections else None
         self.owner = owner
         self._keep_alive_s = keep_alive_s
         self._ready = ready
@@ -220,7 +281,8 @@ class SharedPortServer:
 
     async def start(self) -> None:
         """Bind, listen, and return once the socket is in the port's group."""
-        self._server = _Server.make(self, self.host, self.port, self._keep_alive_s)
+        http = connections_per_client(self.connections) if self.connections is not None else "auto"
+        self._server = _Server.make(self, self.host, self.port, self._keep_alive_s, http)
         with owned_port(self.host, self.port, self.owner):
             sock = reuseport_socket(self.host, self.port)
             try:

@@ -85,12 +85,11 @@ class ResponsesRoute:
         """`GET` / `DELETE /v1/responses/{id}` and `POST /v1/responses/{id}/cancel` (`action`) at the
         pod that made the response (a delete drops its pin; a cancel keeps it: the cancelled
         response stays in the pod's store)."""
-        intake = core.intake
-        refused = intake.let_in(http)
-        if refused is not None:
-            return refused
+        admission = core.intake.let_in(http)
+        if isinstance(admission, Response):
+            return admission
         try:
-            body = await intake.read_body(http) if http.method == "POST" else b""
+            body = await core.intake.read_body(http, admission.client) if http.method == "POST" else b""
             await core.ensure_ready()
             pod = await pinned_endpoint(core, response_id, "response_id")
             query = http.url.query
@@ -113,7 +112,7 @@ class ResponsesRoute:
         except GatewayError as err:
             return err.response()
         finally:
-            intake.leave()
+            admission.leave()
 
 
 async def pinned_endpoint(core: GatewayCore, response_id: str, param: str) -> Endpoint:

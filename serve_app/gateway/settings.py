@@ -32,11 +32,27 @@ class GatewaySettings(BaseModel):
     # at once instead of queueing. Keep it below the deployment's max_ongoing_requests (2,048), so
     # /health, /ready and /metrics always have slots left.
     max_in_flight: int = Field(default=1536, gt=0)
+    # Per client, at one replica (serve_app/gateway/client_limits.py): a client is the API key it presented
+    # when `api_key` lists several, else its fairness id when `trust_fairness_id`, else its source
+    # address (connections: always the source address). Over its share a client gets 429 +
+    # Retry-After (a connection past its limit gets it instead of being served, then is closed),
+    # so one client holding requests open, or bodies unfinished, leaves the rest of the replica to
+    # the others. Behind a proxy every client has the proxy's address: identify clients by key or
+    # trusted fairness id there, or raise these.
+    client_max_in_flight: int = Field(default=1024, gt=0)
+    # Bodies still being read (a well-behaved client's body arrives with its headers; one that
+    # trickles holds its slot up to body_read_timeout_s).
+    client_max_unfinished_bodies: int = Field(default=128, gt=0)
+    client_max_connections: int = Field(default=1024, gt=0)
+    # Whether the x-gateway-inference-fairness-id header names the client (only when a proxy in
+    # front sets it and drops the clients' own: a client could otherwise pick a new id per request).
+    trust_fairness_id: bool = False
     # x-gateway-inference-priority must lie in this range, else 400.
     priority_range: tuple[int, int] = (-1000, 1000)
     # Optional API key for the OpenAI routes and /v1/pick, as vLLM's --api-key: clients send
-    # `Authorization: Bearer <key>`; a missing or wrong key is 401. None: no key.
-    api_key: str | None = None
+    # `Authorization: Bearer <key>`; a missing or wrong key is 401. None: no key. A list: any of
+    # them, each key a client of its own for the per-client limits.
+    api_key: str | list[str] | None = None
     # The admin routes (serve_app/admin/api.py: /admin/pods, `epp pods`) need `Authorization: Bearer
     # <admin_token>`; None (the default) turns them off (404). Not the api_key: clients that may
     # send completions may not change the pool.

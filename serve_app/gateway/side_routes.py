@@ -29,12 +29,12 @@ async def pick(core: GatewayCore, http: Request) -> Response:
     if not core.settings.pick_api:
         return no_route(http.method, http.url.path).response()
     intake = core.intake
-    refused = intake.let_in(http)
-    if refused is not None:
-        return refused
+    admission = intake.let_in(http)
+    if isinstance(admission, Response):
+        return admission
     parsed: ParsedRequest | None = None
     try:
-        raw = await intake.read_body(http)
+        raw = await intake.read_body(http, admission.client)
         await core.ensure_ready()
         path = http.query_params.get("path", "/v1/completions")
         if path not in PICK_PATHS:
@@ -53,7 +53,7 @@ async def pick(core: GatewayCore, http: Request) -> Response:
             core.settle(parsed.llm_request)
         raise
     finally:
-        intake.leave()
+        admission.leave()
     # Stateful plugins learn the decision (the prefix index keeps up with proxied traffic), but
     # its response never passes here: count it finished at once, or in-flight ledgers (active
     # requests, prefill backlog) would hold it until their timeout.
