@@ -128,11 +128,14 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     procs: dict[str, tuple[subprocess.Popen, Path]] = {}
-    for name, env in SETTINGS.items():
+    for i, (name, env) in enumerate(SETTINGS.items()):
+        if i:
+            await asyncio.sleep(args.stagger)  # Rays starting together on a loaded machine time out
         part = args.out.parent / f".{args.out.name}.{name}.json"
         cmd = [sys.executable, "-m", "bench.ray_processes_rss", "--child", name, "--minutes", str(args.minutes),
                "--rate", str(args.rate), "--sample-every", str(args.sample_every), "--part", str(part)]  # fmt: skip
-        procs[name] = (subprocess.Popen(cmd, env={**os.environ, **env}), part)
+        env = {"RAY_raylet_start_wait_time_s": "300", **os.environ, **env}
+        procs[name] = (subprocess.Popen(cmd, env=env), part)
     load_start = os.getloadavg()
     for proc, _ in procs.values():
         await asyncio.to_thread(proc.wait)
@@ -148,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=20.0)
     p.add_argument("--rate", type=float, default=100.0, help="actor calls a second, per instance")
     p.add_argument("--sample-every", type=float, default=30.0)
+    p.add_argument("--stagger", type=float, default=20.0, help="seconds between the instances' starts")
     p.add_argument("--out", type=Path, default=Path("bench/results/ray_processes_rss"))
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--part", type=Path, help=argparse.SUPPRESS)
