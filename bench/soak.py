@@ -559,22 +559,41 @@ def _role(proc: psutil.Process) -> str:
     return "?"
 
 
+WARM_UP_S = 600.0  # growth is judged after this much of a process's life (caches and indexes fill)
+
+
 def _process_summary(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per process: RSS at its first and last sample and its max, and, for one that lived past
+    `WARM_UP_S`, its RSS then and its growth after it, per 10 minutes."""
     series: dict[str, list[tuple[float, float]]] = {}
     for s in samples:
         for key, mem in s["processes"].items():
             series.setdefault(key, []).append((s["t"], mem["rss_mb"]))
-    return {
-        key: {
+    out: dict[str, dict[str, Any]] = {}
+    for key, pts in series.items():
+        if key.startswith(("ray::IDLE", "ray::CoreWorker")):
+            continue
+        row: dict[str, Any] = {
             "first_t": pts[0][0],
             "last_t": pts[-1][0],
             "rss_start_mb": round(pts[0][1], 1),
             "rss_end_mb": round(pts[-1][1], 1),
             "rss_max_mb": round(max(v for _, v in pts), 1),
         }
-        for key, pts in series.items()
-        if not key.startswith(("ray::IDLE", "ray::CoreWorker"))
-    }
+        warm = next(((t, v) for t, v in pts if t >= pts[0][0] + WARM_UP_S), None)
+        if warm is not None and pts[-1][0] - warm[0] >= WARM_UP_S:
+            row["rss_warm_mb"] = round(warm[1], 1)
+            row["growth_after_warm_up_mb_per_10min"] = round((pts[-1][1] - warm[1]) / (pts[-1][0] - warm[0]) * 600, 2)
+        out[key] = row
+    return out
+
+
+def print_summary(report: dict[str, Any]) -> None:
+    """The memory table of a report: per role, each process's RSS start, after warm-up, end, max."""
+    print("process | start | after warm-up | end | max | growth after warm-up (MiB / 10 min)")
+    for key, row in sorted(_process_summary(report["samples"]).items()):
+        print(f"{key} | {row['rss_start_mb']} | {row.get('rss_warm_mb', '')} | {row['rss_end_mb']} | "
+              f"{row['rss_max_mb']} | {row.get('growth_after_warm_up_mb_per_10min', '')}")  # fmt: skip
 
 
 def _size_summary(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -637,7 +656,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shared-prefix", type=float, default=d.shared_prefix)
     p.add_argument("--hang", type=float, default=d.hang_s, help="seconds a hung pod stays SIGSTOPped")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "soak")
+    p.add_argument("--summarize", type=Path, help="print the memory table of an earlier report (JSON) and stop")
     a = p.parse_args(argv)
+    if a.summarize:
+        print_summary(json.loads(a.summarize.read_text()))
+        return 0
     faults = a.faults if a.faults is not None else [f for f in FAULTS if a.kv_events or f != "kv-publisher"]
     cfg = SoakConfig(
         minutes=a.minutes, load=a.load, pods=a.pods, replicas=a.replicas, port=a.port, fault_every_s=a.fault_every,
