@@ -29,4 +29,5 @@ def test_a_tiny_soak_reports_requests_faults_memory_and_sizes(ray_session, tmp_p
     assert any(k.startswith("default/") and k.endswith(".index") for k in report["sizes"]), report["sizes"]
     assert report["sizes"]["metrics-hub/sources"]["max"] >= 1
     assert json.loads((tmp_path / "soak.json").read_text())["sent"] == report["sent"]
-    assert (tmp_path / "soak.png").stat().st_size > 0
+    for figure in ("soak.png", "soak_rss.png", "soak_errors.png"):
+        assert (tmp_path / figure).stat().st_size > 0
