@@ -41,6 +41,7 @@ SETTINGS: dict[str, dict[str, str]] = {
     "task-events-off": {"RAY_task_events_report_interval_ms": "0"},
 }
 ROLES = ("gcs_server", "raylet", "DashboardAgent", "RuntimeEnvAgent", "dashboard.py", "monitor.py", "log_monitor.py")
+PLOTTED = ("gcs_server", "raylet", "DashboardAgent")  # the rest is flat within 2 MiB (in the JSON)
 
 
 def role_of(cmdline: list[str]) -> str | None:
@@ -108,8 +109,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    roles = [r for r in ROLES if any(r in s["rss_mb"] for run in report["runs"].values() for s in run)]
-    fig, axes = plt.subplots(1, len(roles), figsize=(3.2 * len(roles), 3), squeeze=False)
+    roles = [r for r in PLOTTED if any(r in s["rss_mb"] for run in report["runs"].values() for s in run)]
+    fig, axes = plt.subplots(1, len(roles), figsize=(3.3 * len(roles), 3.2), squeeze=False)
     for ax, role in zip(axes[0], roles, strict=True):
         for name, samples in report["runs"].items():
             pts = [(s["t"] / 60, s["rss_mb"][role]) for s in samples if role in s["rss_mb"]]
@@ -155,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("bench/results/ray_processes_rss"))
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--part", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--plot", type=Path, help="draw an earlier report (JSON) again, to <out>.png, and stop")
     a = p.parse_args(argv)
+    if a.plot:
+        plot(json.loads(a.plot.read_text()), a.out.with_suffix(".png"))
+        return 0
     if a.child:
         child(a.child, a.minutes, a.rate, a.sample_every, a.part)
         return 0

@@ -47,7 +47,12 @@ def serve_direct_ingress_env(port: int, replicas: int) -> None:
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT", str(port + 300))
 
 
-GCS_TASK_EVENTS_KEPT = 10_000  # tasks whose events our own Ray's GCS keeps (Ray's default: 100,000)
+# Our own Ray's workers send no task events (an interval of 0 turns their buffer off), so its GCS
+# stays flat (bench/ray_processes_rss.py) and `ray list tasks` is empty. An operator's
+# RAY_task_events_report_interval_ms (1000 is Ray's default) turns them on; the GCS then keeps the
+# last GCS_TASK_EVENTS_KEPT tasks (Ray's default: 100,000) and as many evicted attempts' ids.
+TASK_EVENTS_REPORT_INTERVAL_MS = "0"
+GCS_TASK_EVENTS_KEPT = 10_000
 
 
 def local_ray_env() -> None:
@@ -167,8 +172,13 @@ class EppDeployment:
         self.owns_ray = address is None
         if address is None:
             # Ray's GCS keeps the last 100,000 tasks' events; each profile call is a task, so a busy
-            # gateway grows it to ~340 MiB. 10,000 keeps it near 100 MiB (bench/gcs_task_events.py).
+            # gateway grows it to ~400 MiB. Off, it stays near 50 MiB; capped at 10,000, near 100 MiB
+            # and creeping, ~90 with the evicted attempts capped too (bench/ray_processes_rss.py).
+            os.environ.setdefault("RAY_task_events_report_interval_ms", TASK_EVENTS_REPORT_INTERVAL_MS)
             os.environ.setdefault("RAY_task_events_max_num_task_in_gcs", str(GCS_TASK_EVENTS_KEPT))
+            os.environ.setdefault(
+                "RAY_task_events_max_dropped_task_attempts_tracked_per_job_in_gcs", str(GCS_TASK_EVENTS_KEPT)
+            )
             ray.init(
                 # a Ray of our own: without "local", ray.init joins the last `ray start` cluster of
                 # this machine (/tmp/ray/ray_current_cluster), or fails on a dead one's leftover file
