@@ -94,7 +94,7 @@ def in_flight(client: httpx.Client) -> float | None:
 def run_one(label: str, settings: dict[str, Any], port: int, connections: int, probes: int) -> dict[str, Any]:
     from actors.launcher import PodSpec
     from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
-    from serve_app.launch import EppDeployment, LaunchSpec
+    from serve_app.cli.launch import EppDeployment, LaunchSpec
 
     cluster = start_sim_pods_in_thread(make_pod_configs(2), time_scale=1.0, seed=3)
     pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in cluster.pods]

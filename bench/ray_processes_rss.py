@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from serve_app.launch import GCS_TASK_EVENTS_KEPT
+from serve_app.cli.launch import GCS_TASK_EVENTS_KEPT
 
 SETTINGS: dict[str, dict[str, str]] = {
     "ray-default": {},
@@ -75,7 +75,7 @@ def child(name: str, minutes: float, rate: float, sample_every_s: float, out: Pa
     """One Ray instance with the calling environment's settings: calls at `rate`, samples RSS."""
     import ray
 
-    # as `epp up` starts its own Ray (serve_app/launch.py)
+    # as `epp up` starts its own Ray (serve_app/cli/launch.py)
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
 
     @ray.remote(num_cpus=0)
