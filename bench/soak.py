@@ -547,7 +547,7 @@ def _role(proc: psutil.Process) -> str:
         if cmd and cmd[0].startswith("ray::"):
             title = cmd[0].split(" ", 1)[0]
             if "ServeReplica:" in title:  # "ray::SERVE_REPLICA::<id>:ServeReplica:<app>:<deployment>" at start
-                return "ray::ServeReplica:" + title.split("ServeReplica:", 1)[1]
+                title = "ray::ServeReplica:" + title.split("ServeReplica:", 1)[1]
             return title.split(".", 1)[0]
         if any(part.endswith("simulator") for part in cmd) and "--config" in cmd:
             return "pod:" + Path(cmd[cmd.index("--config") + 1]).stem
@@ -656,10 +656,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shared-prefix", type=float, default=d.shared_prefix)
     p.add_argument("--hang", type=float, default=d.hang_s, help="seconds a hung pod stays SIGSTOPped")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "soak")
-    p.add_argument("--summarize", type=Path, help="print the memory table of an earlier report (JSON) and stop")
+    p.add_argument(
+        "--summarize", type=Path, help="an earlier report (JSON): print its memory table, draw its figures to --out"
+    )
     a = p.parse_args(argv)
     if a.summarize:
-        print_summary(json.loads(a.summarize.read_text()))
+        report = json.loads(a.summarize.read_text())
+        print_summary(report)
+        plot(report, a.out.with_suffix(".png"))
+        plot_small(report, a.out.with_name(a.out.name + "_rss.png"), a.out.with_name(a.out.name + "_errors.png"))
         return 0
     faults = a.faults if a.faults is not None else [f for f in FAULTS if a.kv_events or f != "kv-publisher"]
     cfg = SoakConfig(

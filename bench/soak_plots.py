@@ -3,6 +3,7 @@ small ones for docs/RELIABILITY.md (RSS per process; the failed share of each fa
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,13 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def role_of(key: str) -> str:
+    """A sampled process's part, from its key "<title>[<pid>]": a Ray worker's title carries the
+    method it runs at that moment (ray::ServeReplica:epp:Gateway.check_health), dropped here."""
+    title = key.split("[")[0]
+    return title.split(".", 1)[0] if title.startswith("ray::") else title
+
+
 def plot_small(report: dict[str, Any], rss_path: Path, errors_path: Path) -> None:
     """Two small figures for the docs: RSS per process over time (one colour per role, every
     incarnation a line), and the failed share of each fault window next to the fault-free one,
@@ -71,12 +79,12 @@ def plot_small(report: dict[str, Any], rss_path: Path, errors_path: Path) -> Non
         for key, mem in s["processes"].items():
             if not key.startswith(("ray::IDLE", "ray::CoreWorker")):
                 series.setdefault(key, []).append((s["t"] / 60, mem["rss_mb"]))
-    roles = sorted({key.split("[")[0] for key in series})
+    roles = sorted({role_of(key) for key in series})
     colours = {role: plt.get_cmap("tab20")(i % 20) for i, role in enumerate(roles)}
     fig, ax = plt.subplots(figsize=(8, 4.6))
     labelled: set[str] = set()
     for key, pts in sorted(series.items()):
-        role = key.split("[")[0]
+        role = role_of(key)
         if len(pts) > 1:
             ax.plot(*zip(*pts, strict=True), color=colours[role], linewidth=0.9,
                     label=None if role in labelled else role)  # fmt: skip
@@ -101,10 +109,12 @@ def plot_small(report: dict[str, Any], rss_path: Path, errors_path: Path) -> Non
     ax_bar.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=6)
     ax_bar.set_ylabel("failed %", fontsize=8)
     ax_bar.set_title("failed share of the requests ending in each fault's window", fontsize=9)
+    # failures a minute, from the samples' running count (the report keeps 2,000 failures at most)
+    samples = report["samples"]
     minutes = int(report["seconds"] // 60) + 1
     failed = [0] * minutes
-    for r in report["failures"]:
-        failed[min(minutes - 1, int((r["t"] + r["latency_s"]) // 60))] += 1
+    for before, after in itertools.pairwise(samples):
+        failed[min(minutes - 1, int(after["t"] // 60))] += after["failed"] - before["failed"]
     ax_min.bar(range(minutes), failed, width=0.9, color="tab:red")
     for w in windows:
         ax_min.axvline(w["t"] / 60, color="grey", linestyle=":", linewidth=0.6)
