@@ -75,6 +75,10 @@ def test_a_client_is_its_key_its_trusted_fairness_id_or_its_address():
 def test_several_api_keys_each_authenticate():
     door = intake(api_key=["sk-a", "sk-b"])
     door.check_headers({"authorization": "Bearer sk-b"}, 10)
+    door.check_headers({"x-api-key": "sk-a"}, 10, anthropic=True)  # as Anthropic's clients send it
+    assert door.client_of({"x-api-key": "sk-a"}, "10.0.0.1") == "key:0"
+    with pytest.raises(GatewayError):
+        door.check_headers({"x-api-key": "sk-a"}, 10)  # only on the Anthropic routes
     with pytest.raises(GatewayError) as err:
         door.check_headers({"authorization": "Bearer sk-c"}, 10)
     assert err.value.status == 401
