@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import heapq
 import random
+from itertools import compress
+from operator import attrgetter
 
 from pydantic import Field, model_validator
 
@@ -34,6 +36,8 @@ from scheduler.plugins.scorers.no_hit_lru import find_prefix_producer
 from scheduler.plugins.support.cycle_rng import cycle_rng, salt
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
+
+_NAME = attrgetter("name")
 
 
 class CandidateSubsetParameters(Parameters):
@@ -73,11 +77,11 @@ class CandidateSubsetFilter(Filter):
             return endpoints
         chosen: dict[str, Endpoint] = {}
         if self.producer is not None:
-            infos = self.producer.produce(cycle_state, request, endpoints)
-            holders = [(info.match_blocks, name) for name, info in infos.items() if info.match_blocks > 0]
-            keep = {name for _, name in heapq.nlargest(p.max_prefix_holders, holders)}
-            for ep in endpoints:
-                if ep.name in keep:
+            counts = self.producer.holders(cycle_state, request, endpoints)
+            if counts:
+                ranked = heapq.nlargest(p.max_prefix_holders, zip(counts.values(), counts, strict=True))
+                keep = {name for _, name in ranked}
+                for ep in compress(endpoints, map(keep.__contains__, map(_NAME, endpoints))):
                     chosen[ep.name] = ep
         added = 0
         for ep in heapq.nsmallest(p.least_loaded + len(chosen), endpoints, key=_load):
@@ -86,8 +90,22 @@ class CandidateSubsetFilter(Filter):
             if ep.name not in chosen:
                 chosen[ep.name] = ep
                 added += 1
-        rest = [ep for ep in endpoints if ep.name not in chosen]
-        room = p.max_candidates - len(chosen)
-        for ep in cycle_rng(cycle_state, self).sample(rest, min(room, len(rest))):
-            chosen[ep.name] = ep
+        self._sample_rest(cycle_state, endpoints, chosen, p.max_candidates - len(chosen))
         return list(chosen.values())
+
+    def _sample_rest(
+        self, cycle_state: CycleState, endpoints: list[Endpoint], chosen: dict[str, Endpoint], room: int
+    ) -> None:
+        """Add `room` endpoints drawn uniformly from those not chosen yet: a random sample of the
+        pool's positions, large enough to hold `room` after skipping the chosen, taken in its
+        (random) order, so the cost is the sample's, not the pool's."""
+        if room <= 0:
+            return
+        rng = cycle_rng(cycle_state, self)
+        for i in rng.sample(range(len(endpoints)), min(len(endpoints), room + len(chosen))):
+            ep = endpoints[i]
+            if ep.name not in chosen:
+                chosen[ep.name] = ep
+                room -= 1
+                if room == 0:
+                    return

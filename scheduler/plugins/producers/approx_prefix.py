@@ -195,18 +195,7 @@ class ApproxPrefixCacheProducer(Plugin):
         if not endpoints:
             return {}
         names = list(map(_name, endpoints))
-        self._track_servers(names)
-        block_size, max_blocks = self.geometry(endpoints)
-        hashes = prefix_block_hashes(request, block_size, max_blocks)
-        request.memo[self.state_key] = (block_size, max_blocks)
-        total = len(hashes)
-        # One match per request even when several profiles of the cycle read it.
-        memo = cycle_state.read(self._match_key)
-        if memo is not None and memo[0] == block_size and memo[1] == max_blocks:
-            counts = memo[2]
-        else:
-            counts = self.index.match(hashes) if total else {}
-            cycle_state.write(self._match_key, (block_size, max_blocks, counts))
+        counts, total, block_size = self._match(cycle_state, request, endpoints, names)
         infos = dict.fromkeys(names, PrefixCacheMatchInfo(0, total, block_size))
         for server, matched in counts.items():
             if server in infos:
@@ -215,6 +204,31 @@ class ApproxPrefixCacheProducer(Plugin):
         if self._metrics is not None:
             self._remember_match(request.request_id, infos)
         return infos
+
+    def holders(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[str, int]:
+        """Matched blocks per endpoint that holds any of the prompt's prefix (the same match as
+        `produce`, memoised alike), without a match record per endpoint: for plugins that bound the
+        pool before the scorers (`candidate-subset-filter`), at the cost of the holders alone."""
+        if not endpoints:
+            return {}
+        return self._match(cycle_state, request, endpoints, map(_name, endpoints))[0]
+
+    def _match(
+        self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint], names: Iterable[str]
+    ) -> tuple[dict[str, int], int, int]:
+        """(matched blocks per holder, the prompt's blocks, block size); one index match per request
+        even when several plugins or profiles of the cycle read it."""
+        self._track_servers(names)
+        block_size, max_blocks = self.geometry(endpoints)
+        hashes = prefix_block_hashes(request, block_size, max_blocks)
+        request.memo[self.state_key] = (block_size, max_blocks)
+        memo = cycle_state.read(self._match_key)
+        if memo is not None and memo[0] == block_size and memo[1] == max_blocks:
+            counts = memo[2]
+        else:
+            counts = self.index.match(hashes) if hashes else {}
+            cycle_state.write(self._match_key, (block_size, max_blocks, counts))
+        return counts, len(hashes), block_size
 
     # -- learning the decision -----------------------------------------------------------------
 
@@ -255,7 +269,7 @@ class ApproxPrefixCacheProducer(Plugin):
             self.unseen.discard(server)
         return gone
 
-    def _track_servers(self, names: list[str]) -> None:
+    def _track_servers(self, names: Iterable[str]) -> None:
         """Cheap liveness: an indexed server no call listed and no decision named during a whole
         check interval is forgotten (llm-d checks the pod list every 2 minutes). Filters may hide a
         live server from one profile, so one call's candidates are not the pod list."""

@@ -35,6 +35,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
+from operator import attrgetter
 
 from pydantic import Field
 
@@ -69,6 +71,10 @@ class PrefillEtaParameters(PrefillLedgerParameters):
 # equal, as at low load) and is negligible against any real backlog.
 PENDING_FLOOR_TOKENS = 1.0
 
+# A pending request: (endpoint name, uncached tokens, sent at, expected TTFT in s or None).
+Pending = tuple[str, int, float, float | None]
+_NAME = attrgetter("name")
+
 
 @register
 class PrefillEtaScorer(Scorer, TentativePreRequest, ResponseFirstToken, ResponseComplete):
@@ -80,8 +86,10 @@ class PrefillEtaScorer(Scorer, TentativePreRequest, ResponseFirstToken, Response
         self.clock = time.monotonic  # replaceable (tests, the simulation's virtual clock)
         self._lock = threading.Lock()
         # request id -> (endpoint name, uncached tokens, sent at, expected TTFT in s or None);
-        # insertion order = send order.
-        self._pending: OrderedDict[str, tuple[str, int, float, float | None]] = OrderedDict()
+        # insertion order = send order. `_by_endpoint` holds the same entries per endpoint (send
+        # order too), so a decision reads only its candidates' entries, not every request in flight.
+        self._pending: OrderedDict[str, Pending] = OrderedDict()
+        self._by_endpoint: dict[str, dict[str, Pending]] = {}
         # TTFT (ms) ~ bias + uncached kilotokens, per endpoint with the pool as prior.
         self.model = LatencyModel(2, min_samples=self.params.min_samples)
         self._deviation: dict[str, float] = {}  # endpoint name -> mean |observed - expected| (s)
@@ -91,29 +99,39 @@ class PrefillEtaScorer(Scorer, TentativePreRequest, ResponseFirstToken, Response
         ms = self.model.predict(name, [1.0, tokens / 1000])
         return None if ms is None else max(ms, 1.0) / 1000
 
-    def backlog(self) -> dict[str, float]:
-        """Pending uncached prompt tokens per endpoint, each weighted by its share still to run (at
-        least one token per pending prompt)."""
+    def backlog(self, names: Iterable[str] | None = None) -> dict[str, float]:
+        """Pending uncached prompt tokens per endpoint (of `names`, default all), each weighted by
+        its share still to run (at least one token per pending prompt)."""
         now = self.clock()
-        floor = self.params.min_weight
         out: dict[str, float] = {}
         with self._lock:
             self._expire(now)
-            stretch: dict[str, float] = {}
-            for name, tokens, sent, expected in self._pending.values():  # oldest first
-                if not expected:
-                    out[name] = out.get(name, 0.0) + tokens
-                    continue
-                age = now - sent
-                if name not in stretch:  # this endpoint's oldest: is it late?
-                    late = age > expected + 4 * self._deviation.get(name, expected / 2)
-                    stretch[name] = age / expected if late else 1.0
-                weight = max(floor, 1.0 - age / (expected * stretch[name]))
-                out[name] = out.get(name, 0.0) + max(tokens * weight, PENDING_FLOOR_TOKENS)
+            by_endpoint = self._by_endpoint
+            for name in by_endpoint if names is None else names:
+                entries = by_endpoint.get(name)
+                if entries:
+                    out[name] = self._faded(name, entries.values(), now)
         return out
 
+    def _faded(self, name: str, entries: Iterable[Pending], now: float) -> float:
+        """One endpoint's backlog: its entries (oldest first) faded by age."""
+        floor = self.params.min_weight
+        total = 0.0
+        stretch = 0.0
+        for _, tokens, sent, expected in entries:
+            if not expected:
+                total += tokens
+                continue
+            age = now - sent
+            if not stretch:  # this endpoint's oldest predicted entry: is it late?
+                late = age > expected + 4 * self._deviation.get(name, expected / 2)
+                stretch = age / expected if late else 1.0
+            total += max(tokens * max(floor, 1.0 - age / (expected * stretch)), PENDING_FLOOR_TOKENS)
+        return total
+
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
-        return backlog_scores(cycle_state, request, endpoints, self.backlog() if endpoints else {})
+        backlog = self.backlog(map(_NAME, endpoints)) if endpoints else {}
+        return backlog_scores(cycle_state, request, endpoints, backlog)
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         sent = prompt_sent(request, result)
@@ -121,13 +139,15 @@ class PrefillEtaScorer(Scorer, TentativePreRequest, ResponseFirstToken, Response
             return
         with self._lock:
             expected = self.expected_ttft(*sent)
-            self._pending.pop(request.request_id, None)  # a retry: counted again, where it went now
-            self._pending[request.request_id] = (*sent, self.clock(), expected)
+            self._drop(request.request_id)  # a retry: counted again, where it went now
+            entry = (*sent, self.clock(), expected)
+            self._pending[request.request_id] = entry
+            self._by_endpoint.setdefault(entry[0], {})[request.request_id] = entry
 
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         now = self.clock()
         with self._lock:
-            entry = self._pending.pop(request.request_id, None)
+            entry = self._drop(request.request_id)
             if entry is None:
                 return
             name, tokens, sent, expected = entry
@@ -140,7 +160,7 @@ class PrefillEtaScorer(Scorer, TentativePreRequest, ResponseFirstToken, Response
 
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         with self._lock:
-            self._pending.pop(request.request_id, None)
+            self._drop(request.request_id)
 
     def withdraw(self, request: LLMRequest) -> None:
         self.response_complete(request, "")
@@ -151,4 +171,14 @@ class PrefillEtaScorer(Scorer, TentativePreRequest, ResponseFirstToken, Response
             request_id, entry = next(iter(self._pending.items()))
             if entry[2] + timeout > now:
                 break
-            del self._pending[request_id]
+            self._drop(request_id)
+
+    def _drop(self, request_id: str) -> Pending | None:
+        """Forget a pending request (both maps); its entry, or None when it was not pending."""
+        entry = self._pending.pop(request_id, None)
+        if entry is not None:
+            entries = self._by_endpoint[entry[0]]
+            del entries[request_id]
+            if not entries:
+                del self._by_endpoint[entry[0]]
+        return entry
