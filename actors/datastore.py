@@ -55,6 +55,7 @@ from actors.pod_state import PodRecord, PodState
 from actors.response_pins import ResponsePins
 from actors.scrape_report import ScrapeReport
 from actors.snapshot_delta import DeltaLog
+from actors.snapshot_relay import start_relay
 from scheduler import Endpoint, Metrics
 
 log = logging.getLogger("ray_epp.actors.datastore")
@@ -305,6 +306,15 @@ class DatastoreActor:
         await self._readable()
         version, endpoints = await self._core.watch(since_version, timeout_s)
         return self._deltas.packed(since_version, version, endpoints)
+
+    async def relay_for(self, node_id: str) -> Any | None:
+        """The snapshot relay of a Ray node, started on the first ask and again once it died; None
+        when relays are off (`snapshot_relays`). Readers on that node follow it instead of this
+        actor (actors/snapshot_relay.py, actors/pool_feed.py)."""
+        if not self._options.snapshot_relays:
+            return None
+        opts = self._options
+        return await asyncio.to_thread(start_relay, self._name, self._namespace, node_id, opts.watch_timeout_s)
 
     async def status(self) -> list[dict[str, Any]]:
         """Every pod: state (ready / stale / unhealthy / starting), failures, age of its last report,

@@ -117,6 +117,10 @@ class ActorOptions(BaseModel):
     # pods change every scrape); 0 takes every version.
     snapshot_min_interval_s: float = Field(0.025, ge=0)
     watch_timeout_s: float = Field(5.0, gt=0)
+    # One follower of the datastore per Ray node serves that node's readers (profile actors, gateway
+    # replicas) over the same-node channel, so the datastore delivers each version once per node,
+    # not once per reader (actors/snapshot_relay.py; docs/SCALING.md). Worth it with many readers.
+    snapshot_relays: bool = False
     # How often a profile actor hands its pods' KV-event batches to its plugins (actors/kv_event_feeds.py).
     kv_events_drain_s: float = Field(0.02, gt=0)
     profile_max_task_retries: int = Field(0, ge=-1)

@@ -27,6 +27,7 @@ from actors.event_log import EventLog, LogPage
 from actors.kv_event_feeds import KVEventFeeds
 from actors.metrics_hub import MetricsPusher, MetricsRecorder, get_or_create_hub
 from actors.options import as_options
+from actors.pool_feed import PoolFeed
 from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, as_served
 from actors.snapshot_delta import PoolCopy
 from actors.tentative_decisions import TentativeDecisions
@@ -94,6 +95,7 @@ class ProfileActor:
         self._version = 0
         self._endpoints: list[Endpoint] = []
         self._pool = PoolCopy()
+        self._feed = PoolFeed()
         self._snapshot_event = asyncio.Event()
         self._intervals: deque[tuple[float, float]] = deque(maxlen=512)
         self._calls = 0
@@ -128,8 +130,10 @@ class ProfileActor:
             try:
                 if self._datastore is None:
                     self._datastore = ray.get_actor(self._datastore_name, namespace=self._namespace)
-                # Only what changed since the version held (actors/snapshot_delta.py).
-                packed = await self._datastore.watch_delta.remote(self._pool.version, opts.watch_timeout_s)
+                    self._feed.datastore_changed()
+                # Only what changed since the version held (actors/snapshot_delta.py), from this
+                # node's snapshot relay when there is one (actors/pool_feed.py).
+                packed = await self._feed.next(self._datastore, self._pool.version, opts.watch_timeout_s)
                 delta = self._pool.apply(packed)
                 if delta is not None:
                     as_served(delta.endpoints)

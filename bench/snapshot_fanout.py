@@ -47,6 +47,7 @@ class CountingHandle:
         self._handle = handle
         self.received = 0
         self.models = handle.models
+        self.relay_for = handle.relay_for
         outer = self
 
         class _Counted:
@@ -114,7 +115,8 @@ def fresh_metrics(rng: random.Random) -> Metrics:
     )
 
 
-def start_datastore(pods: int) -> Any:
+def start_datastore(pods: int, **extra: Any) -> Any:
+    """The real datastore with `pods` pods that no one scrapes (`extra`: more actor options)."""
     options = {
         "datastore_name": f"bench-fanout-{os.getpid()}-{pods}",
         "max_pods_per_metrics_actor": max(pods, 1),
@@ -124,6 +126,7 @@ def start_datastore(pods: int) -> Any:
         "staleness_threshold_s": 3600.0,
         "unhealthy_after_failures": 1000,
         "scrape_timeout_s": 0.5,
+        **extra,
     }
     specs = [{"name": f"pod-{i:04d}", "address": NOWHERE[0], "port": NOWHERE[1]} for i in range(pods)]
     ds = DatastoreActor.options(num_cpus=0).remote(specs, options, options["datastore_name"])

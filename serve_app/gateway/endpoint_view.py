@@ -2,7 +2,9 @@
 
 It serves admission (saturation), /ready, /v1/models and address look-ups without a per-request
 call to the datastore. It follows snapshot deltas (actors/snapshot_delta.py): only what changed
-since the version it holds; `deltas=False` takes the full pool each time (benchmarks compare)."""
+since the version it holds, from its node's snapshot relay when the datastore runs relays
+(actors/pool_feed.py); `deltas=False` takes the full pool from the datastore each time
+(benchmarks compare)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import logging
 import time
 from typing import Any
 
+from actors.pool_feed import PoolFeed
 from actors.protocol import as_served
 from actors.snapshot_delta import PoolCopy
 from scheduler import Endpoint
@@ -33,6 +36,7 @@ class EndpointView:
         self._datastore = datastore
         self._min_interval_s = min_interval_s
         self._pool = PoolCopy() if deltas else None
+        self._feed = PoolFeed()  # this node's snapshot relay when the datastore runs them
         self._watch_timeout_s = watch_timeout_s
         self._models_every_s = models_every_s
         self.version = 0
@@ -88,7 +92,7 @@ class EndpointView:
 
     async def _follow_delta(self) -> bool:
         pool = self._pool
-        packed = await self._datastore.watch_delta.remote(pool.version, self._watch_timeout_s)
+        packed = await self._feed.next(self._datastore, pool.version, self._watch_timeout_s)
         delta = pool.apply(packed)
         if delta is None:
             return False
@@ -112,3 +116,4 @@ class EndpointView:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        await self._feed.close()
