@@ -39,14 +39,19 @@ class FeedReader:
                 self._from[self._feed.source] += 1
 
     async def state(self) -> dict:
-        """Versions taken from each source since the last call, the pool's names, relay losses."""
-        taken, self._from = self._from, {"relay": 0, "datastore": 0}
-        return {"taken": taken, "names": sorted(self._pool.by_name), "losses": self._feed.relay_losses}
+        """Versions taken from each source so far, the pool's names, relay losses, the last error."""
+        feed = self._feed
+        return {
+            "taken": dict(self._from),
+            "names": sorted(self._pool.by_name),
+            "losses": feed.relay_losses,
+            "error": feed.error,
+        }
 
 
 def test_readers_follow_their_nodes_relay_and_fall_back_when_it_dies(ray_session, sim):
     name = "t-relay"
-    epp = start_epp_actors(CONFIG, pod_specs(sim), options=fast_options(name, snapshot_relays=True))
+    epp = start_epp_actors(CONFIG, pod_specs(sim), options=fast_options(name, snapshot_relays=True), timeout_s=120)
     try:
         node = ray.get_runtime_context().get_node_id()
         relay = wait_for(lambda: _relay(name, epp.namespace, node), what="the node's relay")
@@ -54,9 +59,12 @@ def test_readers_follow_their_nodes_relay_and_fall_back_when_it_dies(ray_session
         pods = sorted(p.name for p in sim.pods)
 
         # Every version comes from the relay once the reader found it, and the pool is the datastore's.
-        wait_for(lambda: ray.get(reader.state.remote())["taken"]["relay"] >= 3, what="versions from the relay")
+        taken = lambda: ray.get(reader.state.remote())["taken"]  # noqa: E731
+        wait_for(lambda: taken()["relay"] >= 3, 60, what="versions from the relay")
+        before = taken()
+        wait_for(lambda: taken()["relay"] >= before["relay"] + 5, 60, what="more versions from the relay")
         state = ray.get(reader.state.remote())
-        assert state["taken"]["datastore"] == 0 and state["names"] == pods
+        assert state["taken"]["datastore"] == before["datastore"] and state["names"] == pods, state
         assert ray.get(relay.info.remote())["deliveries"] > 0
         _, snapshot = ray.get(epp.datastore.snapshot.remote())
         assert sorted(ep.name for ep in snapshot) == pods
@@ -64,9 +72,11 @@ def test_readers_follow_their_nodes_relay_and_fall_back_when_it_dies(ray_session
         # The relay dies: the reader takes versions from the datastore, then from a new relay.
         old = relay._actor_id
         ray.kill(relay, no_restart=True)
-        wait_for(lambda: ray.get(reader.state.remote())["losses"] >= 1, what="the reader noticing")
-        new = wait_for(lambda: _relay(name, epp.namespace, node, not_id=old), what="a new relay")
-        wait_for(lambda: ray.get(reader.state.remote())["taken"]["relay"] >= 3, what="versions from the new relay")
+        wait_for(lambda: ray.get(reader.state.remote())["losses"] >= 1, 60, what="the reader noticing")
+        new = wait_for(lambda: _relay(name, epp.namespace, node, not_id=old), 60, what="a new relay")
+        after = taken()
+        wait_for(lambda: taken()["relay"] >= after["relay"] + 3, 60, what="versions from the new relay")
+        assert taken()["datastore"] > before["datastore"]  # meanwhile, from the datastore
         assert ray.get(reader.state.remote())["names"] == pods
         assert ray.get(new.info.remote())["deliveries"] > 0
 
@@ -80,12 +90,14 @@ def test_readers_follow_their_nodes_relay_and_fall_back_when_it_dies(ray_session
 
 def test_without_relays_the_datastore_serves_and_none_is_started(ray_session, sim):
     name = "t-relay-off"
-    epp = start_epp_actors(CONFIG, pod_specs(sim), options=fast_options(name))
+    epp = start_epp_actors(CONFIG, pod_specs(sim), options=fast_options(name), timeout_s=120)
     try:
         node = ray.get_runtime_context().get_node_id()
         assert ray.get(epp.datastore.relay_for.remote(node)) is None
         reader = FeedReader.remote(name, epp.namespace)
-        wait_for(lambda: ray.get(reader.state.remote())["taken"]["datastore"] >= 2, what="versions from the datastore")
+        wait_for(
+            lambda: ray.get(reader.state.remote())["taken"]["datastore"] >= 2, 60, what="versions from the datastore"
+        )
         assert _relay(name, epp.namespace, node) is None
         ray.kill(reader, no_restart=True)
     finally:
