@@ -86,6 +86,7 @@ class DatastoreActor:
         self._published = asyncio.Event()  # readers may see snapshots (see "Restart" above)
         self._held_s: float | None = None  # how long a restart held the readers
         self._lock = asyncio.Lock()
+        self._relays: dict[str, Any] = {}  # node id -> its snapshot relay (actors/snapshot_relay.py)
         self._pins = ResponsePins()  # the Responses API's stored responses: which pod holds each
         self._sources: dict[str, PodSource] = {}
         for source in map(build_pod_source, sources or []):
@@ -313,8 +314,11 @@ class DatastoreActor:
         actor (actors/snapshot_relay.py, actors/pool_feed.py)."""
         if not self._options.snapshot_relays:
             return None
-        opts = self._options
-        return await asyncio.to_thread(start_relay, self._name, self._namespace, node_id, opts.watch_timeout_s)
+        me = ray.get_runtime_context().current_actor
+        args = (me, self._name, self._namespace, node_id, self._options.watch_timeout_s)
+        # Held here: Ray ends an actor, named or not, once no handle to it is left.
+        self._relays[node_id] = relay = await asyncio.to_thread(start_relay, *args)
+        return relay
 
     async def status(self) -> list[dict[str, Any]]:
         """Every pod: state (ready / stale / unhealthy / starting), failures, age of its last report,

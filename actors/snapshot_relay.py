@@ -28,7 +28,6 @@ import pickle
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError
 from ray.util.scheduling_strategies import In, NodeLabelSchedulingStrategy
 
 from actors.channel import ChannelServer
@@ -81,14 +80,16 @@ class RelayedPool:
 class SnapshotRelay:
     """A node's follower of the datastore named `datastore_name`; see the module doc."""
 
-    def __init__(self, datastore_name: str, namespace: str | None = None, watch_timeout_s: float = 5.0) -> None:
+    def __init__(self, datastore: Any, datastore_name: str, watch_timeout_s: float = 5.0) -> None:
+        """`datastore`: its handle (the relay ends with it, so it never needs to look it up by
+        name: a blocking GCS call on this event loop would stall every reader of the node)."""
         self._datastore_name = datastore_name
-        self._namespace = namespace or ray.get_runtime_context().namespace
         self._watch_timeout_s = watch_timeout_s
-        self._datastore: Any = None
+        self._datastore = datastore
         self._pool = RelayedPool()
         self._changed = asyncio.Event()
         self._errors = 0
+        self._error = ""
         self._deliveries = 0
         self._channel = ChannelServer(self._by_channel)
         loop = asyncio.get_running_loop()
@@ -98,8 +99,6 @@ class SnapshotRelay:
     async def _follow(self) -> None:
         while True:
             try:
-                if self._datastore is None:
-                    self._datastore = ray.get_actor(self._datastore_name, namespace=self._namespace)
                 packed = await self._datastore.watch_delta.remote(self._pool.version, self._watch_timeout_s)
                 if self._pool.take(packed):
                     self._changed.set()
@@ -108,8 +107,7 @@ class SnapshotRelay:
                 raise
             except Exception as err:  # datastore restarting or gone: keep the pool, try again
                 self._errors += 1
-                if isinstance(err, (ActorDiedError, ValueError)):
-                    self._datastore = None
+                self._error = f"{type(err).__name__}: {err}"
                 log.debug("relay of %s: watch failed: %s", self._datastore_name, err)
                 await asyncio.sleep(0.1)
 
@@ -144,10 +142,11 @@ class SnapshotRelay:
             "pods": len(self._pool.pool.by_name),
             "deliveries": self._deliveries,
             "watch_errors": self._errors,
+            "last_error": self._error,
         }
 
 
-def start_relay(datastore_name: str, namespace: str, node_id: str, watch_timeout_s: float) -> Any:
+def start_relay(datastore: Any, datastore_name: str, namespace: str, node_id: str, watch_timeout_s: float) -> Any:
     """The relay of `node_id`: the live one of its name, else a new one pinned to that node (the
     caller owns it). Blocking GCS calls: run it in a thread from an event loop."""
     name = relay_name(datastore_name, node_id)
@@ -159,4 +158,4 @@ def start_relay(datastore_name: str, namespace: str, node_id: str, watch_timeout
         get_if_exists=True,
         num_cpus=PLACED_MIN_CPUS,  # an actor that asks for nothing is placed anywhere (actors/placement.py)
         scheduling_strategy=NodeLabelSchedulingStrategy({NODE_ID_LABEL: In(node_id)}),
-    ).remote(datastore_name, namespace, watch_timeout_s)
+    ).remote(datastore, datastore_name, watch_timeout_s)

@@ -106,7 +106,7 @@ def measure(args: argparse.Namespace, mode: str, procs: list[Any], rate: float) 
         asyncio.run(publish(ds, names, args.pods, rate, 0.2, rng))  # every pod ready
         nodes = [f"bench-node-{i}" for i in range(args.nodes)]
         if relayed:  # one per (stand-in) node, owned here: no node to pin them to
-            relays = [SnapshotRelay.options(name=relay_name(name, n), num_cpus=0).remote(name) for n in nodes]
+            relays = [SnapshotRelay.options(name=relay_name(name, n), num_cpus=0).remote(ds, name) for n in nodes]
             wait_until("the relays' pool", lambda: all(i["pods"] == args.pods for i in _infos(relays)), 120)
         per_proc = [
             [nodes[(p + i * len(procs)) % len(nodes)] for i in range(args.readers // len(procs))]

@@ -129,7 +129,9 @@ def start_datastore(pods: int, **extra: Any) -> Any:
         **extra,
     }
     specs = [{"name": f"pod-{i:04d}", "address": NOWHERE[0], "port": NOWHERE[1]} for i in range(pods)]
-    ds = DatastoreActor.options(num_cpus=0).remote(specs, options, options["datastore_name"])
+    ds = DatastoreActor.options(name=options["datastore_name"], num_cpus=0).remote(
+        specs, options, options["datastore_name"]
+    )
     ray.get(ds.ping.remote(), timeout=120)
     return ds
 

@@ -60,7 +60,10 @@ def test_readers_follow_their_nodes_relay_and_fall_back_when_it_dies(ray_session
 
         # Every version comes from the relay once the reader found it, and the pool is the datastore's.
         taken = lambda: ray.get(reader.state.remote())["taken"]  # noqa: E731
-        wait_for(lambda: taken()["relay"] >= 3, 60, what="versions from the relay")
+        try:
+            wait_for(lambda: taken()["relay"] >= 3, 60, what="versions from the relay")
+        except AssertionError as err:
+            raise AssertionError(f"{err}: {ray.get(reader.state.remote())}, {ray.get(relay.info.remote())}") from None
         before = taken()
         wait_for(lambda: taken()["relay"] >= before["relay"] + 5, 60, what="more versions from the relay")
         state = ray.get(reader.state.remote())
