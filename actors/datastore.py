@@ -315,8 +315,8 @@ class DatastoreActor:
         if not self._options.snapshot_relays:
             return None
         me = ray.get_runtime_context().current_actor
-        args = (me, self._name, self._namespace, node_id, self._options.watch_timeout_s)
-        # Held here: Ray ends an actor, named or not, once no handle to it is left.
+        args = (self._relays.get(node_id), me, self._name, self._namespace, node_id, self._options.watch_timeout_s)
+        # Kept here: Ray ends an actor, named or not, once its creator holds no handle to it.
         self._relays[node_id] = relay = await asyncio.to_thread(start_relay, *args)
         return relay
 

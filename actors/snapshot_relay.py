@@ -146,12 +146,19 @@ class SnapshotRelay:
         }
 
 
-def start_relay(datastore: Any, datastore_name: str, namespace: str, node_id: str, watch_timeout_s: float) -> Any:
-    """The relay of `node_id`: the live one of its name, else a new one pinned to that node (the
-    caller owns it). Blocking GCS calls: run it in a thread from an event loop."""
+def start_relay(
+    held: Any, datastore: Any, datastore_name: str, namespace: str, node_id: str, watch_timeout_s: float
+) -> Any:
+    """The relay of `node_id`: `held` (the handle its creator keeps) while it lives, else a live one
+    of its name, else a new one pinned to that node, which the caller must keep: Ray ends an actor,
+    named or not, once its creator holds no handle to it. Blocking GCS calls: run it in a thread."""
     name = relay_name(datastore_name, node_id)
-    with contextlib.suppress(ValueError):
-        return ray.get_actor(name, namespace=namespace)
+    try:
+        found = ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        found = None
+    if found is not None:
+        return held if held is not None else found
     return SnapshotRelay.options(
         name=name,
         namespace=namespace,

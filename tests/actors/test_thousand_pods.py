@@ -1,6 +1,7 @@
 """The control plane at 1,000 pods, end to end on this machine: farm pods (ray_epp/simulator/
 pod_farm.py, 1,000 ports over two processes, their load drifting) scraped by the real metrics
-actors, reported to the datastore, followed by two profile shards and a gateway view, and
+actors, reported to the datastore, followed through the node's snapshot relay by two profile
+shards and a gateway view, and
 decisions made on the whole pool with candidate subsetting."""
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def test_a_thousand_pod_pool_end_to_end(ray_session):
         models_refresh_s=60.0,
         max_pods_per_metrics_actor=250,
         profile_shards=2,
-        snapshot_relays=False,  # relays: see tests/actors/test_snapshot_relay.py (xfail)
+        snapshot_relays=True,
         snapshot_min_interval_s=0.025,
         watch_timeout_s=2.0,
         plugin_modules=[],
@@ -80,15 +81,16 @@ def test_a_thousand_pod_pool_end_to_end(ray_session):
             def caught_up() -> bool:
                 now = ray.get(epp.datastore.version.remote())
                 infos = ray.get([s.info.remote() for s in shards])
-                version, size, _ = ray.get(view.state.remote())
+                version, size, source = ray.get(view.state.remote())
                 return (
                     now > first
                     and all(i["version"] > first and len(i["endpoints"]) == PODS for i in infos)
                     and version > first
                     and size == PODS
+                    and source == "relay"
                 )
 
-            wait_for(caught_up, 60, what="readers past the first version")
+            wait_for(caught_up, 60, what="readers past the first version, through the relay")
 
             # Decisions on the whole pool, by both shards, each scoring a bounded candidate set.
             calls = [
