@@ -27,10 +27,10 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 @ray.remote(num_cpus=0)
 class GatewayView:
-    """A gateway replica's view of the pool (serve_app/endpoint_view.py), on this node."""
+    """A gateway replica's view of the pool (serve_app/gateway/endpoint_view.py), on this node."""
 
     def __init__(self, datastore) -> None:
-        from serve_app.endpoint_view import EndpointView
+        from serve_app.gateway.endpoint_view import EndpointView
 
         self._view = EndpointView(datastore, watch_timeout_s=2.0, models_every_s=3600)
         self._view.start()
