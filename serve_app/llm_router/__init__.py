@@ -4,28 +4,7 @@ their scraped stats, the mirror of the profile actors' plugins, first-token infe
 
 The public names are re-exported here: `request_router_class="serve_app.llm_router:EPPRequestRouter"`."""
 
-from serve_app.llm_router.router import (
-    EPPRequestRouter,
-    RoutedRequest,
-    RouterConfigError,
-    RouterCounters,
-    body_of,
-    percentiles_ms,
-    read_config,
-    recent_decisions,
-    request_of,
-    router_stats,
-)
+from serve_app.llm_router import router as _router
+from serve_app.llm_router.router import *  # noqa: F403  (the router's public names, as its __all__ lists them)
 
-__all__ = [
-    "EPPRequestRouter",
-    "RoutedRequest",
-    "RouterConfigError",
-    "RouterCounters",
-    "body_of",
-    "percentiles_ms",
-    "read_config",
-    "recent_decisions",
-    "request_of",
-    "router_stats",
-]
+__all__ = list(_router.__all__)
