@@ -49,7 +49,11 @@ from serve_app.gateway.settings import GatewaySettings
 from serve_app.gateway.side_routes import DESTINATION_HEADER
 from serve_app.gateway.tracing import NO_SPANS, current_spans, request_tracing
 
-FIRST_SNAPSHOT_WAIT_S = 5.0  # a new replica's first request waits at most this for the pool
+# A new replica's first requests wait at most this for the pool. Not shorter: a replica Serve starts
+# in place of one lost with its node may come up while the datastore (lost too) is being rebuilt,
+# and a rebuilt datastore publishes nothing until its pods have reported again (a 5 s wait let
+# 4 requests of a node-loss test through to a 503 from the empty view).
+FIRST_SNAPSHOT_WAIT_S = 15.0
 OTHER = "other"  # the metric label of a value a client chose that the pool does not know
 PD_HANDOFFS = "ray_epp_pd_handoffs_total"
 
