@@ -202,29 +202,56 @@ def test_an_upstream_error_status_is_counted_as_the_http_door_counts_it(client, 
     wait_until(lambda: errors(client, "400") >= before + 2)
 
 
-def http_pick(client, sim, adapter: str, i: int) -> str:
-    body = {"model": adapter, "prompt": f"{adapter} request {i}", "max_tokens": 2}
+def http_pick(client, sim, adapter: str, i: int, max_tokens: int = 2) -> str:
+    body = {"model": adapter, "prompt": f"{adapter} request {i}", "max_tokens": max_tokens}
     resp = client.post("/v1/completions", json=body)
     assert resp.status_code == 200, resp.text
     return name_of(resp.headers["x-gateway-destination-endpoint"], sim)
 
 
-def ext_proc_pick(stub, sim, adapter: str, i: int) -> str:
-    out = through_envoy(stub, "/v1/completions", js(model=adapter, prompt=f"{adapter} request {i}", max_tokens=2))
+def ext_proc_pick(stub, sim, adapter: str, i: int, max_tokens: int = 2) -> str:
+    out = through_envoy(
+        stub, "/v1/completions", js(model=adapter, prompt=f"{adapter} request {i}", max_tokens=max_tokens)
+    )
     assert out.status == 200, (out.immediate_body, out.body)
     return name_of(out.endpoint, sim)
 
 
+def running_adapters(sim) -> set[str]:
+    """The adapters the pods' own /metrics list as running now."""
+    import httpx
+
+    running: set[str] = set()
+    for pod in sim.pods:
+        page = httpx.get(f"http://127.0.0.1:{pod.port}/metrics", timeout=5).text
+        for fam in text_string_to_metric_families(page):
+            if fam.name == "vllm:lora_requests_info":
+                for sample in fam.samples:
+                    running.update(a for a in sample.labels["running_lora_adapters"].split(",") if a)
+    return running
+
+
 def test_lora_affinity_is_one_state_for_both_doors(client, stub, sim):
     """An adapter's first request, at either door, makes its pod the adapter's home; its next
-    requests go there at both doors (the lora-residency-scorer's record is the profile actors')."""
+    requests go there at both doors (the lora-residency-scorer's record is the profile actors').
+
+    A model counts as an adapter once a scrape has shown it running (the base model never shows),
+    so the first request is a long one and the next are decided while it runs."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
     homes = {}
-    for n, adapter in enumerate(ADAPTERS):
-        first_door = "http" if n % 2 == 0 else "ext_proc"
-        home = http_pick(client, sim, adapter, 0) if first_door == "http" else ext_proc_pick(stub, sim, adapter, 0)
-        picks = [ext_proc_pick(stub, sim, adapter, i) for i in (1, 2)] + [
-            http_pick(client, sim, adapter, i) for i in (3, 4)
-        ]
-        assert picks == [home] * 4, (adapter, first_door, home, picks)
-        homes[adapter] = home
+    with ThreadPoolExecutor(1) as pool:
+        for n, adapter in enumerate(ADAPTERS):
+            first_door = "http" if n % 2 == 0 else "ext_proc"
+            pick = http_pick if first_door == "http" else ext_proc_pick
+            first = pool.submit(pick, client if first_door == "http" else stub, sim, adapter, 0, 400)
+            wait_until(lambda a=adapter: a in running_adapters(sim), every_s=0.02)
+            time.sleep(0.4)  # eight scrape intervals: the profile actors' pool shows it too
+            picks = [ext_proc_pick(stub, sim, adapter, i) for i in (1, 2)] + [
+                http_pick(client, sim, adapter, i) for i in (3, 4)
+            ]
+            home = first.result()
+            assert picks == [home] * 4, (adapter, first_door, home, picks)
+            homes[adapter] = home
     assert len(homes) == len(ADAPTERS)
