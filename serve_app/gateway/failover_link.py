@@ -8,7 +8,10 @@ index and in-flight ledgers stay warm. A batch the active actor fails because it
 process or its node died), or does not answer within `failover_after_s`, is sent again, its calls
 only (the events already went to the survivor), to the other actor within the rest of the
 request's budget; the gone one is then left out until it answers again (`ready`, probed one call
-at a time), and the gateway decides on the survivor meanwhile."""
+at a time). The survivor stays the decider after the other is back: a restarted actor starts with
+an empty prefix index and in-flight ledgers, so it only follows the events (and warms up) until the
+decider itself is gone. Every replica switches on the same evidence (the decider failing), so they
+agree on the decider without talking to each other."""
 
 from __future__ import annotations
 
@@ -55,6 +58,7 @@ class FailoverLink:
         self.call_timeout_s = call_timeout_s
         self.failover_after_s = failover_after_s
         self.up = [True, True]
+        self.decider = 0  # the primary until it is gone; then the survivor, until that one is gone
         self.failovers = 0
         self._recorder = recorder
         self._labels = labels
@@ -71,13 +75,13 @@ class FailoverLink:
 
     @property
     def active(self) -> int:
-        """0 (the primary) while it answers, else 1 (the standby) while that one does."""
-        return 0 if self.up[0] or not self.up[1] else 1
+        """The decider while it answers, else the other one while that one does."""
+        return self.decider if self.up[self.decider] or not self.up[1 - self.decider] else 1 - self.decider
 
     async def run_batch(self, items: list) -> list:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.call_timeout_s
-        first = self.active
+        first = self.decider = self.active
         other = 1 - first
         if not self.up[other]:  # no survivor to turn to: a lone actor, waited for within the budget
             return await self.links[first].run_batch(items, deadline)
@@ -91,6 +95,7 @@ class FailoverLink:
             if not actor_gone(err):
                 raise
             self._gone(first, err)
+        self.decider = other
         self.failovers += 1
         if self._recorder is not None:
             self._recorder.inc(FAILOVERS, self._labels)
