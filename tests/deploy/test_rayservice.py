@@ -15,6 +15,7 @@ from ray.serve import Application
 from ray.serve.schema import ServeDeploySchema
 
 from actors.launcher import parse_pods
+from serve_app.cli.launch import GCS_TASK_EVENTS_KEPT, TASK_EVENTS_REPORT_INTERVAL_MS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,6 +43,9 @@ def test_is_a_rayservice(manifests):
     for container in (head, worker):
         env = {e["name"]: e["value"] for e in container["env"]}
         assert env["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "0", "each replica serves the gateway port itself"
+        # the GCS bounded as under `epp up`: task events off, and capped where an operator turns them on
+        assert env["RAY_task_events_report_interval_ms"] == TASK_EVENTS_REPORT_INTERVAL_MS
+        assert env["RAY_task_events_max_num_task_in_gcs"] == str(GCS_TASK_EVENTS_KEPT)
         assert {"serve", "gateway"} <= {p["name"] for p in container["ports"]}
         assert container["volumeMounts"][0]["name"] == "epp-pods"
     assert cluster["rayVersion"].split(".")[:2] == __import__("ray").__version__.split(".")[:2]
