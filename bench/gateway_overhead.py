@@ -94,7 +94,7 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
         json.dumps([{"name": f"w{i}", "address": "127.0.0.1", "port": p + offset} for i, p in enumerate(WORKER_PORTS)])
     )
     fwd, epp, sgl, vll, flow, flow1, smg = (str(p + offset) for p in (8300, 8400, 8500, 8600, 8700, 8800, 8900))
-    ha_rr, ha_pick, ha_epp, slow, epp2 = (str(p + offset) for p in (9000, 9010, 9020, 9030, 9040))
+    ha_rr, ha_pick, ha_epp, slow, epp2, local = (str(p + offset) for p in (9000, 9010, 9020, 9030, 9040, 9050))
     # The default config with the flowControl gate on: every request passes the gateway's queue.
     flow_cfg = tmp / "default-flow-control.yaml"
     cfg = yaml.safe_load((ROOT / "ray_epp" / "configs" / "default.yaml").read_text())
@@ -106,6 +106,9 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
     # The gateway with its hot routes through FastAPI's stack (serve_app/gateway/hot_routes.py off).
     no_hot = tmp / "no-hot-routes.yaml"
     no_hot.write_text(yaml.safe_dump({"hot_routes": False}))
+    # The profiles run in the replica (serve_app/gateway/local_runner.py): no profile-actor hop.
+    in_replica = tmp / "decide-in-replica.yaml"
+    in_replica.write_text(yaml.safe_dump({"decide_in_replica": True}))
 
     # The default gateway with one observability setting on: every decision recorded (epp explain),
     # or OpenTelemetry traces at 1 % / 100 % (made and propagated; no collector to export to).
@@ -130,6 +133,11 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
             [*epp_up, slow, "--settings", str(no_hot)],
             f"http://127.0.0.1:{slow}/ready",
             f"http://127.0.0.1:{slow}",
+        ),
+        "epp-in-replica": (
+            [*epp_up, local, "--settings", str(in_replica)],
+            f"http://127.0.0.1:{local}/ready",
+            f"http://127.0.0.1:{local}",
         ),
         # Two gateway replicas on one port (the kernel spreads connections): the cost of surviving
         # a replica's death, measured against "epp" (one) in the same run.

@@ -323,7 +323,11 @@ def _validate(spec: LaunchSpec) -> tuple[Any, Any, list[Any] | None]:
             pod_specs = list(spec.pods)
         else:
             pod_specs = load_pods_file(spec.pods_path) if spec.pods_path else None
-        as_options(spec.actor_options)
+        actor_options = as_options(spec.actor_options)
+        if gw_settings.decide_in_replica:
+            from serve_app.gateway.local_runner import check_in_replica
+
+            check_in_replica(cfg, actor_options.profile_shards)
     except ValueError as err:
         raise LaunchError(str(err)) from None
     return cfg, gw_settings, pod_specs

@@ -29,7 +29,7 @@ from scheduler import (
 from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.flowcontrol.controller import build_flow_controller
 from scheduler.hooks import RequestHooks
-from scheduler.interfaces import DataPreparer
+from scheduler.interfaces import DataPreparer, bind_plugin_metrics
 from scheduler.loop import prepare_data
 from scheduler.trace import SchedulingTrace
 from serve_app.admin.api import AdminApi
@@ -41,6 +41,7 @@ from serve_app.gateway.exchange import Exchange
 from serve_app.gateway.flow_gate import FlowGate
 from serve_app.gateway.forwarder import Forwarder, UpstreamUnavailable, relay, response_headers
 from serve_app.gateway.intake import RequestIntake
+from serve_app.gateway.local_runner import LocalProfileRunner
 from serve_app.gateway.parsing import REQUEST_ID_HEADER, ParsedRequest, parse_request
 from serve_app.gateway.ray_runner import RayProfileRunner
 from serve_app.gateway.request_metrics import GatewayMetrics
@@ -115,16 +116,23 @@ class GatewayCore:
         self.preparers = [p for p in built.plugins.values() if isinstance(p, DataPreparer)]
         self.usage_hooks = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseUsage))
         self.recorder = MetricsRecorder()
-        self.runner = RayProfileRunner(
-            profile_actors,
-            s.shard_key_tokens,
-            s.shard_session_header,
-            call_timeout_s=s.profile_call_timeout_s,
-            recorder=self.recorder,
-            failover_after_s=s.profile_failover_after_s,
-        )
         self.datastore = datastore  # also the shared store of the Responses API's pins
         self.view = EndpointView(datastore, min_interval_s=s.snapshot_min_interval_s)
+        self.runner: RayProfileRunner | LocalProfileRunner
+        if s.decide_in_replica:  # the profiles run here, on this replica's view of the pool
+            self.runner = LocalProfileRunner(
+                built.profiles, lambda: self.view.endpoints, self.recorder.plugin_timer, self.detectors
+            )
+            bind_plugin_metrics(built.plugins.values(), self.recorder)  # the prefix indexer's families
+        else:
+            self.runner = RayProfileRunner(
+                profile_actors,
+                s.shard_key_tokens,
+                s.shard_session_header,
+                call_timeout_s=s.profile_call_timeout_s,
+                recorder=self.recorder,
+                failover_after_s=s.profile_failover_after_s,
+            )
         self.forwarder = Forwarder(s.connect_timeout_s, s.upstream_timeout_s, s.first_byte_timeout_s)
         self.intake = RequestIntake(s)
         self.decisions = (

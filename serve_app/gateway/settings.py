@@ -112,6 +112,11 @@ class GatewaySettings(BaseModel):
     # the replica; FastAPI middleware then does not see them).
     # False: they take the FastAPI app like every other route.
     hot_routes: bool = True
+    # The profiles run in this replica on its view of the pool, not in the profile actors
+    # (serve_app/gateway/local_runner.py): no actor hop per request; the plugins' state (prefix
+    # index, in-flight ledgers) is this replica's own, so it suits one replica, or replicas that
+    # may each learn on their own; no standby, no shards, no KV-event plugins (refused).
+    decide_in_replica: bool = False
     # The replica's view of the pool takes at most one datastore version per this interval (as
     # the profile actors' snapshot_min_interval_s): with many pods the pool changes every few ms,
     # and every replica's watch call costs the datastore (docs/SCALING.md). 0: every version.
