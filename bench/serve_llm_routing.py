@@ -573,7 +573,7 @@ def table(results: list[RunResult]) -> str:
 
 
 def verdict(results: list[RunResult], overhead: list[RunResult]) -> list[str]:
-    """The issue's two targets, checked on this run's figures."""
+    """The benchmark's two targets, checked on this run's figures."""
     out = []
     for name in ("shared-prefix", "long-prefix"):
         shared = {r.router: r for r in results if r.workload == name}

@@ -19,9 +19,10 @@ fullest 0; all equal, or an empty index, score 1). Warm (some candidate holds pa
 every endpoint scores 1, leaving the choice to prefix affinity and load. Relative, not min-max
 (`normalize: min-max`, the first form): on conversation traffic (ShareGPT) nearly every first turn
 is cold while the pods' holdings differ by 1-5 %, and on a pool that clients also use directly most
-prompts are cold; min-max made that history-sized gap decide every one of them (docs/decisions/0007-default-fading-ledger.md,
-"More seeds"). Nothing is kept per request; the index is the prefix-cache producer's, found as
-`no-hit-lru-scorer` finds it, and learns each decision there."""
+prompts are cold; min-max made that history-sized gap decide every one of them
+(docs/decisions/0007-default-fading-ledger.md, "More seeds"). Nothing is kept per request; the
+index is the prefix-cache producer's, found as `no-hit-lru-scorer` finds it, and learns each
+decision there."""
 
 from __future__ import annotations
 

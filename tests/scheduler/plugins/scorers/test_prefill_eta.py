@@ -10,7 +10,6 @@ from scheduler.plugins.support.prefix.match_info import PREFIX_MATCH_KEY, Prefix
 from tests.scheduler.helpers import FakeClock, endpoint, fresh_state, request
 from tests.scheduler.test_config import CONFIGS
 
-
 # Ray EPP's default until 2026-12-03 (docs/decisions/0007-default-fading-ledger.md, "The previous
 # default, as compared"): the config today's default and bench/configs/default-eta.yaml vary.
 PREVIOUS_DEFAULT = """
