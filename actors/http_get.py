@@ -2,9 +2,10 @@
 
 A metrics actor GETs the same URL 20 times a second; aiohttp spends ~1.1 ms of CPU per such scrape
 of a 45 KB vLLM page (parse included) where this plain asyncio-streams client spends ~0.6 ms (see
-docs/BENCHMARKS.md, "Metrics scraping"). It speaks only what a scrape needs: GET over one persistent
-connection, bodies by Content-Length, chunked, or until close; no TLS, proxies, redirects or
-compression (it asks for `identity`). Anything else is an error that names the problem."""
+docs/BENCHMARKS.md, "What do metrics, tracing and the decision record cost?"). It speaks only what
+a scrape needs: GET over one persistent connection, bodies by Content-Length, chunked, or until
+close; no TLS, proxies, redirects or compression (it asks for `identity`). Anything else is an
+error that names the problem."""
 
 from __future__ import annotations
 

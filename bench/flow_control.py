@@ -54,7 +54,7 @@ CONFIGS = {
     / "bench/configs/flow-control-soft-ceiling.yaml",
 }
 BASELINE = "shed-only (ray_epp/configs/priority.yaml)"  # goodput ratios are to this one, as written
-CAPACITY = 229.7  # req/s, 8 pods, this workload: docs/BENCHMARKS.md "Mixed priority under overload"
+CAPACITY = 229.7  # req/s, 8 pods, this workload: docs/BENCHMARKS.md "Priority under overload"
 CRITICAL_SHARE = 0.2
 FLOOD_RATIO = 5.0
 TENANTS = ("flood", "steady")

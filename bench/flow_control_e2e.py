@@ -67,7 +67,7 @@ def _target(config: Path, proxy_port: int, settings: Path | None = None):
 
 
 # The client's cut-off, in model time: a request may wait the TTL (2 s) and then stream 256 tokens
-# at a full pod's ~28 ms ITL (7.5 model s measured, docs/BENCHMARKS.md); the driver's 60 s wall
+# at a full pod's ~28 ms ITL (7.5 model s measured, docs/decisions/0015-flow-control-opt-in.md); the driver's 60 s wall
 # was 3 model s at x20 and counted ~380 streams still running as failed.
 CUTOFF_S = 30.0
 

@@ -13,7 +13,7 @@ shared prefixes), so the prefix index holds real content.
 
 Per size: decisions per second reached, the CPU (psutil, in cores) of the actor and of this
 driver over the same window, and decisions per actor CPU-second: what one actor sustains when it
-has a core to itself (on this shared 2-core machine the driver and other helpers take the rest).
+has a core to itself (on this shared 2-core machine the driver and other work take the rest).
 Prints a Markdown table and writes --json if given."""
 
 from __future__ import annotations

@@ -135,16 +135,12 @@ EPP_VARIANTS: dict[str, dict[str, Any]] = {
     # its predicted TTFT, so a first token inferred late (the routing-stats period) does not hold it
     # at full weight.
     "epp-eta": {},
-    # The default before prefill-eta-scorer and prefix-home-balance-scorer (epp_config).
-    "epp-previous": {},
 }
 
 
 def epp_config(workload: str, router: str = "epp") -> str:
     if router == "epp-eta":
         return "bench/configs/lora-eta.yaml" if workload == "multi-lora" else "bench/configs/default-eta.yaml"
-    if router == "epp-previous":
-        return "ray_epp/configs/lora.yaml" if workload == "multi-lora" else "bench/configs/default-previous.yaml"
     return "ray_epp/configs/lora.yaml" if workload == "multi-lora" else "ray_epp/configs/default.yaml"
 
 
@@ -577,7 +573,7 @@ def table(results: list[RunResult]) -> str:
 
 
 def verdict(results: list[RunResult], overhead: list[RunResult]) -> list[str]:
-    """The issue's two targets, checked on this run's figures."""
+    """The benchmark's two targets, checked on this run's figures."""
     out = []
     for name in ("shared-prefix", "long-prefix"):
         shared = {r.router: r for r in results if r.workload == name}
@@ -653,7 +649,7 @@ async def settle(workload_name: str, shape: Shape, replicas: int, seed: int) -> 
     """One run not measured before the measured ones, so that the first measured run (`epp`'s in
     the default order) does not also pay for a fresh Ray's first minute (its processes starting,
     Serve's controller busy). Hygiene: its effect could not be told apart from the machine's load
-    swings (docs/BENCHMARKS.md, "Where a request's TTFT goes")."""
+    swings (docs/decisions/0014-serve-router-learns-at-the-decision.md, "Where a request's TTFT goes")."""
     few = Shape(**{**asdict(shape), "requests": min(shape.requests, 48)})
     await run_one("pow2", workload_name, few, replicas, seed + 2000, warmup=4, tag="settle")
 
@@ -675,9 +671,9 @@ async def run_all(args: argparse.Namespace, shape: Shape, routers: list[str]) ->
             print(json.dumps(asdict(result)), flush=True)
             overhead.append(result)
     # Only now: a deleted deployment's router still talks to its profile actors for a while, and
-    # stopping them under it stalled the next runs' routing (first run of 05:27 UTC, docs/BENCHMARKS.md).
+    # stopping them under it stalled the next runs' routing (seen in a run at 05:27 UTC).
     workloads = [w for w in args.workloads.split(",") if w] + ["shared-prefix"]
-    for config in {epp_config(w, r) for w in workloads for r in ("epp", "epp-eta", "epp-previous")}:
+    for config in {epp_config(w, r) for w in workloads for r in ("epp", "epp-eta")}:
         await asyncio.to_thread(stop_epp_actors, config)
     return results, overhead
 

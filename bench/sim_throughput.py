@@ -8,8 +8,8 @@
 in the cluster simulation); `http --prompt-tokens N` sends a new N-token prompt each request, so
 every request caches new blocks (and publishes them).
 
-Only 127.0.0.1 is ever a target. Figures go to docs/BENCHMARKS.md ("Simulator throughput",
-"Cluster simulation speed").
+Only 127.0.0.1 is ever a target. Figures go to docs/BENCHMARKS.md ("Is the simulator fast enough not
+to be the bottleneck?").
 """
 
 from __future__ import annotations

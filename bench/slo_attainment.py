@@ -1,4 +1,4 @@
-"""SLO attainment in the cluster simulation (issue 17): unique prompts (the uniform scenario's),
+"""SLO attainment in the cluster simulation: unique prompts (the uniform scenario's),
 every third request carrying a tight TTFT target in `x-slo-ttft-ms`, the rest none.
 
 For each policy and rate: **attainment** = the share of SLO-carrying requests whose TTFT met the
@@ -96,7 +96,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def verdicts(result: dict[str, Any], ours: str = "epp-slo") -> list[str]:
-    """The issue's targets: >= 95% at 0.9x; >= 1.5x the best peer's attainment at 1.1x."""
+    """The targets: >= 95% at 0.9x; >= 1.5x the best peer's attainment at 1.1x."""
     out = []
     by = {(r["fraction"], r["policy"]): r for r in result["rows"]}
     if (0.9, ours) in by:

@@ -1,4 +1,4 @@
-"""The issue's targets, checked on a sweep's result dict. Each verdict is
+"""The routing targets, checked on a sweep's result dict. Each verdict is
 {"target", "policy", "passed": True | False | None (not measurable in this run), "detail"}.
 
 "Peers" are every policy in the run that is not ours (`epp-…`): the real routers' algorithms and

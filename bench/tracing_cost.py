@@ -1,5 +1,5 @@
 """What OpenTelemetry tracing costs a gateway replica per request (docs/OBSERVABILITY.md "Traces",
-docs/BENCHMARKS.md "Tracing: per request").
+docs/BENCHMARKS.md "What do metrics, tracing and the decision record cost?").
 
 CPU time (`time.process_time`) of the tracing calls one request's life makes on the gateway
 (serve_app/gateway/tracing.py: the root span from the client's headers, admission, schedule, the

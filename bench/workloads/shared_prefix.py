@@ -16,7 +16,7 @@
   a 128-token question, 128 output tokens, drawn at random (`mode="sample"`), for pods of
   `CACHE_PRESSURE_POD_BLOCKS` (2,048) blocks of 16 tokens. The system prompts total 786,432
   tokens, 3x the 8-pod pool's 262,144 tokens of KV cache, so pods evict all the time and an index
-  that remembers where it sent a prefix is often wrong about what a pod still holds (issue 14)."""
+  that remembers where it sent a prefix is often wrong about what a pod still holds."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ POST /v1/completions and /v1/chat/completions go from uvicorn straight to `Gatew
 and POST /v1/pick (the decision for a proxy in front, when `pick_api` is on) to `side_routes.pick`.
 FastAPI's routing, its middleware (server errors, exception telemetry, body limit, exit stack) and
 its endpoint machinery took about a third of the replica's CPU per request (docs/BENCHMARKS.md,
-"Is the data plane the bottleneck?"; docs/decisions/0009) and do nothing these
+"What does the gateway add per request, against SMG and a Serve forwarder?"; docs/decisions/0009) and do nothing these
 routes need: the core reads the body within its own limits and answers its own errors in OpenAI's
 shape; an unexpected exception gets the app's 500 (`errors.internal_error`). Every other request,
 and these paths with another method, go to the FastAPI app as before; so does every request that

@@ -84,7 +84,7 @@ class GatewaySettings(BaseModel):
     flow_dispatch_window: int | None = Field(default=None, ge=1)
     # From this pool saturation on (the detectors' highest, 1.0 = saturated), only one dispatched
     # request may wait for its decision: close to the line a pass of unseen dispatches overfills
-    # the pods (critical TTFT p90 1.6x end to end, docs/BENCHMARKS.md "Flow control"). 1.0: never.
+    # the pods (critical TTFT p90 1.6x end to end, docs/decisions/0003-dispatch-window.md). 1.0: never.
     flow_dispatch_narrow_at: float = Field(default=0.5, gt=0, le=1)
     # Queue depth / KV thresholds of the saturation detector used for admission (GIE defaults).
     saturation_queue_depth: int = Field(default=5, ge=0)

@@ -126,10 +126,10 @@ def test_any_of_our_configs_is_a_gateway_target(tmp_path) -> None:
     """`epp-<config>` and `epp:<path>` name the gateway with that config, as in the cluster simulation."""
     from bench.e2e import target
 
-    previous = target("epp-default-previous")
-    assert previous is not None
-    cmd, ready, _ = previous(["http://127.0.0.1:1"], tmp_path / "pods.json", 9)
-    assert cmd[cmd.index("--config") + 1].endswith("bench/configs/default-previous.yaml")
+    unsticky = target("epp-default-unsticky")
+    assert unsticky is not None
+    cmd, ready, _ = unsticky(["http://127.0.0.1:1"], tmp_path / "pods.json", 9)
+    assert cmd[cmd.index("--config") + 1].endswith("bench/configs/default-unsticky.yaml")
     assert ready == "http://127.0.0.1:9/ready"
     mine = tmp_path / "mine.yaml"
     mine.write_text("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n")

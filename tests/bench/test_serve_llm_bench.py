@@ -1,4 +1,4 @@
-"""The Serve LLM smoke script (--fake) and the routing benchmark at a tiny size, in this session's
+"""The Serve LLM smoke script (--fake) and the routing benchmark at a tiny size, in the test run's
 Ray, so neither can rot: both run end to end, every request is answered, and the figures they
 report are the ones the run produced."""
 
@@ -17,7 +17,7 @@ def test_smoke_runs_on_simulated_replicas(ray_session, capsys):
     code = smoke.main(["--fake", "--replicas", "2", "--port", str(GATEWAY_TEST_PORT + 93)])
     out = capsys.readouterr().out
     # Every request answered and decided by EPP. Whether each shared prefix stuck to one replica is
-    # the script's report, not asserted here: it missed once on a quiet machine (issue 10's
+    # the script's report, not asserted here: it missed once on a quiet machine (the
     # shared-prefix shortfall, docs/BENCHMARKS.md), and that is measured by the routing benchmark.
     problems = out.split("PROBLEMS: ", 1)[1].splitlines()[0].split("; ") if code else []
     assert set(problems) <= {"a shared prefix did not stick to one replica"}, out

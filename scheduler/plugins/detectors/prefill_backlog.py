@@ -8,7 +8,7 @@ critical requests wait behind the sheddable ones already admitted. Prompt tokens
 prefill are what a new request's time to first token waits for, and the ledger sees them at once,
 so this line holds the pool below the knee instead of on it. `maxBacklogTokens` trades sheddable
 goodput for critical latency: about one typical prompt per endpoint (the default, 1,024) keeps the
-queue short; docs/BENCHMARKS.md ("Mixed priority under overload") measures the trade.
+queue short; docs/BENCHMARKS.md ("Priority under overload") measures the trade.
 
 Declare it in `plugins` (it need not be in a profile); the gateway and the benchmark router ask
 it, with GIE's utilization detector, before scheduling a sheddable request (scheduler/admission.py).

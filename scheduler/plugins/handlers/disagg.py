@@ -27,7 +27,7 @@ discarded: it is not in the result, so no plugin hears of it (PreRequest). A dec
 `parallel_round = False` keeps its stage in a later round. `auto` is on where the profiles of a
 round run at the same time (the Ray path's profile actors) and off in-process, where it would only
 add work. The default is false: on a 2-core machine one round saved nothing measurable and cost a
-wasted prefill run on cached prompts (docs/BENCHMARKS.md, "Parallel profile evaluation").
+wasted prefill run on cached prompts (docs/decisions/0004-parallel-stages-off.md).
 
 Each request's decision (`decode-only`, `prefill-decode`, `encode-decode`, `encode-prefill-decode`,
 llm-d's metric values) and what happened to each stage is kept in the CycleState under

@@ -8,7 +8,7 @@ for as long as the group lives. The load scorers judge the next few milliseconds
 first request arrives, an endpoint that is already home to one group more than another may look as
 idle, and with ledgers that fade as prompts near their first token (`prefill-eta-scorer`) a home
 rarely shows a backlog, so its group never spills and the endpoint with a group too many is the
-pool's slowest tenth (docs/BENCHMARKS.md, "Predicted latency and SLO-aware routing"). SGLang's
+pool's slowest tenth (docs/decisions/0007-default-fading-ledger.md). SGLang's
 cache-aware router settles the same choice by the smallest per-worker radix tree.
 
 The signal is the number of blocks the index holds per endpoint (what this router sent there and
@@ -19,9 +19,10 @@ fullest 0; all equal, or an empty index, score 1). Warm (some candidate holds pa
 every endpoint scores 1, leaving the choice to prefix affinity and load. Relative, not min-max
 (`normalize: min-max`, the first form): on conversation traffic (ShareGPT) nearly every first turn
 is cold while the pods' holdings differ by 1-5 %, and on a pool that clients also use directly most
-prompts are cold; min-max made that history-sized gap decide every one of them (docs/BENCHMARKS.md,
-"More seeds"). Nothing is kept per request; the index is the prefix-cache producer's, found as
-`no-hit-lru-scorer` finds it, and learns each decision there."""
+prompts are cold; min-max made that history-sized gap decide every one of them
+(docs/decisions/0007-default-fading-ledger.md, "More seeds"). Nothing is kept per request; the
+index is the prefix-cache producer's, found as `no-hit-lru-scorer` finds it, and learns each
+decision there."""
 
 from __future__ import annotations
 

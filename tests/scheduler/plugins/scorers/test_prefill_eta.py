@@ -10,6 +10,29 @@ from scheduler.plugins.support.prefix.match_info import PREFIX_MATCH_KEY, Prefix
 from tests.scheduler.helpers import FakeClock, endpoint, fresh_state, request
 from tests.scheduler.test_config import CONFIGS
 
+# Ray EPP's default until 2026-12-03 (docs/decisions/0007-default-fading-ledger.md, "The previous
+# default, as compared"): the config today's default and bench/configs/default-eta.yaml vary.
+PREVIOUS_DEFAULT = """
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: prefill-backlog-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+  - pluginRef: prefill-backlog-scorer
+    weight: 4
+"""
+
 A, B, C = endpoint("pod-a"), endpoint("pod-b"), endpoint("pod-c")
 PODS = {"pod-a": A, "pod-b": B, "pod-c": C}
 
@@ -208,8 +231,8 @@ def test_the_default_eta_config_loads_and_schedules_with_it():
 @pytest.mark.parametrize(
     ("experiment", "shipped"),
     [
-        ("default-eta.yaml", "../../bench/configs/default-previous.yaml"),
-        ("lora-eta.yaml", "lora.yaml"),
+        ("default-eta.yaml", PREVIOUS_DEFAULT),
+        ("lora-eta.yaml", CONFIGS / "lora.yaml"),
     ],
 )
 def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(experiment, shipped):
@@ -224,11 +247,11 @@ def test_the_eta_experiments_are_their_shipped_config_with_one_scorer_swapped(ex
         (profile,) = cfg.scheduling_profiles
         return plugins, [(swap.get(r.plugin_ref, r.plugin_ref), r.weight) for r in profile.plugins]
 
-    assert body(CONFIGS.parents[1] / "bench" / "configs" / experiment) == body(CONFIGS / shipped)
+    assert body(CONFIGS.parents[1] / "bench" / "configs" / experiment) == body(shipped)
 
 
 def test_the_default_is_the_previous_one_with_the_fading_ledger_the_home_balance_and_the_filter():
-    """bench/configs/default-unsticky.yaml = bench/configs/default-previous.yaml with prefill-eta-scorer
+    """bench/configs/default-unsticky.yaml = the previous default with prefill-eta-scorer
     (floored at minWeight 0.25) in place of prefill-backlog-scorer (same weight) and
     prefix-home-balance-scorer x2 (relative) added: nothing else moved;
     bench/configs/default-minmax.yaml differs from it in the home balance's normalization alone;
@@ -241,7 +264,7 @@ def test_the_default_is_the_previous_one_with_the_fading_ledger_the_home_balance
         plugins = sorted((p.type, repr(p.parameters)) for p in cfg.plugins)
         return plugins, sorted((r.plugin_ref, r.weight or 0) for r in profile.plugins)
 
-    plugins, weights = body(CONFIGS.parents[1] / "bench" / "configs" / "default-previous.yaml")
+    plugins, weights = body(PREVIOUS_DEFAULT)
     swap = {"prefill-backlog-scorer": "prefill-eta-scorer"}
     plugins = [(swap[t], repr({"minWeight": 0.25})) if t in swap else (t, params) for t, params in plugins]
     weights = [(swap.get(ref, ref), w) for ref, w in weights]
