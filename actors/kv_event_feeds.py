@@ -130,7 +130,7 @@ class KVEventFeeds:
         return out
 
     def metric_samples(self, profile: str) -> dict[tuple[str, tuple[str, ...]], float]:
-        """This actor's subscriptions as metric samples (actors/metric_families.py): per pod its
+        """This actor's subscriptions as metric samples (actors/metric_families/): per pod its
         state, gaps and lost batches (Ray EPP's), batches received (llm-d's messages), and the
         subscribers running and batches not yet delivered (llm-d's)."""
         out: dict[tuple[str, tuple[str, ...]], float] = {

@@ -3,7 +3,7 @@
 Each process records into a cheap local `MetricsRecorder` (dict increments on the hot path) and
 pushes its whole cumulative state to the named `MetricsHub` actor every second. Whole state, not
 deltas: a lost or repeated push changes nothing. The hub sums the sources and renders Prometheus
-text with GIE's and llm-d's metric names (actors/metric_families.py; docs/OBSERVABILITY.md)."""
+text with GIE's and llm-d's metric names (actors/metric_families/; docs/OBSERVABILITY.md)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ Collector = Callable[[], dict[Key, float]]
 
 class MetricsRecorder:
     """Local, lock-free accumulation; `state()` is the cumulative snapshot that is pushed. Names
-    are families of actors/metric_families.py."""
+    are families of actors/metric_families/."""
 
     __slots__ = ("_collectors", "_counters", "_gauges", "_histograms")
 
@@ -95,7 +95,7 @@ class MetricsRecorder:
 def render(states: list[dict[str, dict]], extra: dict[Key, float] | None = None) -> bytes:
     """Prometheus text of the sum over sources, plus `extra` values computed when the page is read
     (pool gauges, the build, the datastore's counts), of every family in the catalogue: recorded
-    ones as summed, views from their sources (actors/metric_families.py)."""
+    ones as summed, views from their sources (actors/metric_families/)."""
     scalars: dict[str, dict[tuple[str, ...], float]] = {}
     hists: dict[str, dict[tuple[str, ...], list[float]]] = {}
     for st in states:

@@ -2,7 +2,7 @@
 actors) summed by the metrics hub, plus what is read when the page is asked for: the pool as the
 answering replica sees it (GIE's / llm-d's pool gauges), the build, flow control's saturation and
 band capacity, the answering replica's snapshot age and fairness-policy gauges, and the datastore's
-pods and scrape errors. Families, labels and buckets: actors/metric_families.py;
+pods and scrape errors. Families, labels and buckets: actors/metric_families/;
 docs/OBSERVABILITY.md says what each means and what to do when it moves."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a gateway replica records about each request, in GIE's and llm-d's families
-(actors/metric_families.py; what each means: docs/OBSERVABILITY.md).
+(actors/metric_families/; what each means: docs/OBSERVABILITY.md).
 
 A request is recorded once, under llm-d's labels (model, target model, fairness id, priority); GIE's
 names are views of the same samples. The door calls, in order:

@@ -63,7 +63,7 @@ def family_of(name: str) -> str:
 
 
 def test_every_family_the_dashboard_and_alerts_name_is_in_the_catalogue():
-    """Without Prometheus: a family renamed in actors/metric_families.py fails here at once."""
+    """Without Prometheus: a family renamed in actors/metric_families/ fails here at once."""
     from actors.metric_families import FAMILIES
 
     exprs = [e for _, e in dashboard_exprs()] + [r["expr"] for r in alert_rules()]
