@@ -11,7 +11,6 @@ import asyncio
 import collections
 import contextlib
 import itertools
-import json
 import logging
 import random
 import socket
@@ -25,65 +24,21 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from ray_epp.simulator.audio_api import AudioApi
+from ray_epp.simulator.completions_api import CompletionsApi
 from ray_epp.simulator.config import FailureConfig, PodConfig
-from ray_epp.simulator.engine import FINISHED, Engine, EngineRequest
+from ray_epp.simulator.engine import Engine, EngineRequest
 from ray_epp.simulator.messages_api import MessagesApi
 from ray_epp.simulator.metrics import PodMetrics
-from ray_epp.simulator.openai_api import (
-    ChatBody,
-    CompletionBody,
-    LoraLoadBody,
-    completion_logprobs,
-    error_body,
-    validation_error,
-)
+from ray_epp.simulator.openai_api import LoraLoadBody, validation_error
+from ray_epp.simulator.openai_http import BadRequest, error_reply, json_reply, read_json_object
 from ray_epp.simulator.pod_kv import PodKVEvents, reset_prefix_cache, tokenize
 from ray_epp.simulator.pooling_api import PoolingApi
+from ray_epp.simulator.progress_sink import ProgressSink
 from ray_epp.simulator.responses_api import ResponsesApi
-from ray_epp.simulator.text import fake_tokens
-from ray_epp.simulator.tokens import Prompt, count_tokens
+from ray_epp.simulator.tokens import Prompt
 
 POD_HEADER = "x-inference-pod"
 log = logging.getLogger(__name__)
-
-
-class _Sink:
-    """Where the engine loop delivers one request's progress: its output count (None: finished)
-    on its own queue, or, for one choice of several (`index`), `(index, count)` on a queue the
-    choices share."""
-
-    __slots__ = ("done", "index", "queue")
-
-    def __init__(self, stream: bool, queue: asyncio.Queue[Any] | None = None, index: int | None = None) -> None:
-        self.queue: asyncio.Queue[Any] | None = queue if queue is not None else asyncio.Queue() if stream else None
-        self.index = index
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def _put(self, count: int | None) -> None:
-        if self.queue is not None:
-            self.queue.put_nowait(count if self.index is None else (self.index, count))
-
-    def emit(self, r: EngineRequest) -> None:
-        self._put(r.num_output)
-
-    def finish(self) -> None:
-        self._put(None)
-        if not self.done.done():
-            self.done.set_result(None)
-
-
-def _json(status: int, body: dict[str, Any]) -> web.Response:
-    return web.Response(status=status, text=json.dumps(body), content_type="application/json")
-
-
-def _error(status: int, message: str, param: str | None = None) -> web.Response:
-    return _json(status, error_body(status, message, param))
-
-
-class _BadRequest(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param = status, message, param
 
 
 class SimPod:
@@ -139,14 +94,13 @@ class SimPod:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/completions", self._completions)
-        app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/load_lora_adapter", self._load_lora)
         app.router.add_post("/v1/unload_lora_adapter", self._unload_lora)
         app.router.add_post("/tokenize", partial(tokenize, self.engine))
+        CompletionsApi(self).install(app.router)
         ResponsesApi(self).install(app.router)
         PoolingApi(self).install(app.router)
         MessagesApi(self).install(app.router)
@@ -257,228 +211,21 @@ class SimPod:
             return None
         return self._frng.choice(f.types)
 
-    async def _read_json(self, request: web.Request) -> dict[str, Any]:
-        try:
-            data = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise _BadRequest(400, f"Invalid JSON body: {exc}") from exc
-        if not isinstance(data, dict):
-            raise _BadRequest(400, "The request body must be a JSON object.")
-        return data
-
-    def _parse(
-        self, data: dict[str, Any], chat: bool
-    ) -> tuple[CompletionBody | ChatBody, list[Prompt], int, str | None]:
-        """Validate a body: (body, its prompts, max_tokens, lora) or _BadRequest with vLLM's status.
-        A completions body may hold a batch of prompts (strings or token lists)."""
-        try:
-            body: CompletionBody | ChatBody = (ChatBody if chat else CompletionBody).model_validate(data)
-        except ValidationError as exc:
-            message, param = validation_error(exc)
-            raise _BadRequest(400, message, param) from exc
-        if not body.model:
-            raise _BadRequest(400, "The 'model' field is required.", "model")
-        try:
-            lora = self.engine.resolve_model(body.model)
-        except KeyError:
-            raise _BadRequest(404, f"The model `{body.model}` does not exist.", "model") from None
-        prompts: list[Prompt]
-        try:
-            if isinstance(body, ChatBody):
-                prompts = [self.engine.engine_prompt(None, body.messages)]
-                max_tokens = body.max_completion_tokens or body.max_tokens or self.cfg.default_max_tokens
-            else:
-                if body.best_of is not None and body.best_of > 1:  # vLLM V1's engine refuses it
-                    raise _BadRequest(400, "vLLM V1 does not yet support best_of.", "best_of")
-                raw = body.prompt
-                batch = raw if isinstance(raw, list) and raw and not isinstance(raw[0], int) else [raw]
-                prompts = [self.engine.engine_prompt(p) for p in batch]  # type: ignore[arg-type]
-                max_tokens = body.max_tokens or self.cfg.default_max_tokens
-        except ValueError as exc:  # a tokenizer without a chat template
-            raise _BadRequest(400, str(exc), "messages") from None
-        for prompt in prompts:
-            problem = self.engine.check(count_tokens(prompt), max_tokens)
-            if problem:
-                raise _BadRequest(400, *problem)
-        return body, prompts, max_tokens, lora
-
-    # ---- OpenAI endpoints -------------------------------------------------------------------
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=False)
-
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=True)
-
-    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
-        if self._starting():
-            return _error(503, "The server is starting up.")
-        failure = self._draw_failure()
-        if failure in ("429", "500", "503"):
-            status = int(failure)  # type: ignore[arg-type]
-            return _error(status, f"Injected failure ({status}).")
-        try:
-            body, prompts, max_tokens, lora = self._parse(await self._read_json(request), chat)
-        except _BadRequest as exc:
-            return _error(exc.status, exc.message, exc.param)
-        if failure == "drop" and not body.stream:
-            if request.transport is not None:
-                request.transport.close()
-            return web.Response(status=500)  # never reaches the client: the connection is gone
-        kvp = body.kv_transfer_params or {}
-        n = next(self._ids)
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.name}-{n}"
-        eng = self.engine
-        queue: asyncio.Queue[Any] | None = asyncio.Queue() if body.stream else None
-        choices = len(prompts) * body.n  # choice i*n+j: prompt i's j-th answer, vLLM's order
-        rs = [
-            self.submit(
-                rid if choices == 1 else f"{rid}-{index}", prompts[index // body.n], max_tokens, body.stream,
-                sink=_Sink(body.stream, queue, index), lora=lora, ignore_eos=body.ignore_eos,
-                remote_prefill=bool(kvp.get("do_remote_prefill")), remote_decode=bool(kvp.get("do_remote_decode")),
-            )
-            for index in range(choices)
-        ]  # fmt: skip
-        try:
-            if body.stream:
-                return await self._stream(request, rs, rid, body, chat, n, drop=failure == "drop")
-            await asyncio.gather(*(r.sink.done for r in rs))
-            if any(r.state != FINISHED for r in rs):
-                return _error(503, "The engine stopped before the request finished.")
-            return _json(200, self._full_response(rs, rid, body, chat, n))
-        finally:
-            for r in rs:
-                if r.state != FINISHED:
-                    eng.abort(r)  # the client went away (or the server stops): free its blocks
-
     def submit(
-        self, rid: str, prompt: Prompt, max_tokens: int, stream: bool, sink: _Sink | None = None, **options: Any
+        self, rid: str, prompt: Prompt, max_tokens: int, stream: bool, sink: ProgressSink | None = None, **options: Any
     ) -> EngineRequest:
         """Hand a request to the engine loop; its sink (`r.sink`, its own by default) reports
         progress. Every API the pod serves generates through here (`options`: the engine
         request's own)."""
         r = self.engine.new_request(rid, prompt, max_tokens, self._now(), **options)
-        r.sink = sink or _Sink(stream)
+        r.sink = sink or ProgressSink(stream)
         self.engine.add(r)
         self._wake.set()
         return r
 
-    def _usage(self, rs: list[EngineRequest], n: int) -> dict[str, Any]:
-        """A batch's usage as vLLM counts it: each prompt once (the first of its `n` choices)."""
-        prompt = sum(r.prompt_tokens for r in rs[::n])
-        output = sum(r.num_output for r in rs)
-        return {
-            "prompt_tokens": prompt,
-            "total_tokens": prompt + output,
-            "completion_tokens": output,
-            "prompt_tokens_details": {"cached_tokens": sum(max(0, r.num_cached_tokens) for r in rs[::n])},
-        }
-
-    def _kv_params(self, r: EngineRequest) -> dict[str, Any] | None:
-        if not r.remote_decode:
-            return None
-        return {
-            "do_remote_prefill": True,
-            "do_remote_decode": False,
-            "remote_block_ids": r.kv_blocks_out or [],
-            "remote_engine_id": self.engine.engine_id,
-            "remote_request_id": r.request_id,
-            "remote_host": self.host,
-            "remote_port": self.port,
-            "tp_size": 1,
-        }
-
-    def _full_response(
-        self, rs: list[EngineRequest], rid: str, body: CompletionBody | ChatBody, chat: bool, n: int
-    ) -> dict[str, Any]:
-        created = int(time.time())
-        choices: list[dict[str, Any]] = []
-        for index, r in enumerate(rs):
-            text = fake_tokens(n + index, 0, r.num_output)
-            if chat:
-                choices.append({"index": index, "message": {"role": "assistant", "content": text, "tool_calls": []},
-                                "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None})  # fmt: skip
-            else:
-                logprobs = completion_logprobs(text, body.logprobs)  # type: ignore[union-attr]
-                choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": r.finish_reason,
-                                "stop_reason": None, "prompt_logprobs": None})  # fmt: skip
-        obj = "chat.completion" if chat else "text_completion"
-        return {"id": rid, "object": obj, "created": created, "model": body.model, "choices": choices,
-                "usage": self._usage(rs, body.n), "kv_transfer_params": self._kv_params(rs[0])}  # fmt: skip
-
-    async def _stream(
-        self,
-        request: web.Request,
-        rs: list[EngineRequest],
-        rid: str,
-        body: CompletionBody | ChatBody,
-        chat: bool,
-        n: int,
-        drop: bool,
-    ) -> web.StreamResponse:
-        """Every choice's tokens as they come (a chunk names its choice's index), then the
-        usage of them all (with `stream_options.include_usage`) and [DONE]."""
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        created = int(time.time())
-        obj = "chat.completion.chunk" if chat else "text_completion"
-
-        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-            payload = {"id": rid, "object": obj, "created": created, "model": body.model,
-                       "choices": choices, **extra}  # fmt: skip
-            return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-        role_sent = [not chat] * len(rs)  # vLLM sends a chat role chunk with the first output, after prefill
-        queue = rs[0].sink.queue
-        sent = [0] * len(rs)
-        offsets = [0] * len(rs)  # each choice's text so far: where its next logprobs' tokens start
-        running = len(rs)
-        drop_at = max(1, rs[0].output_len // 2)
-        while running:
-            index, upto = await queue.get()
-            if upto is None:
-                running -= 1
-                continue
-            if upto <= sent[index]:
-                continue
-            r = rs[index]
-            text = fake_tokens(n + index, sent[index], upto)
-            sent[index] = upto
-            if not role_sent[index]:
-                role_sent[index] = True
-                await resp.write(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
-                                         "logprobs": None, "finish_reason": None}]))  # fmt: skip
-            last = r.state == FINISHED and upto >= r.num_output
-            reason = r.finish_reason if last else None
-            if chat:
-                choice = {"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}
-            else:
-                logprobs = completion_logprobs(text, body.logprobs, offsets[index])  # type: ignore[union-attr]
-                offsets[index] += len(text)
-                choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason,
-                          "stop_reason": None}  # fmt: skip
-            await resp.write(chunk([choice]))
-            if drop and index == 0 and upto >= drop_at and not last:
-                for other in rs:
-                    self.engine.abort(other)
-                if request.transport is not None:
-                    request.transport.close()
-                return resp
-        if any(r.state != FINISHED for r in rs):
-            return resp
-        extra: dict[str, Any] = {}
-        if rs[0].remote_decode:
-            extra["kv_transfer_params"] = self._kv_params(rs[0])
-        if body.include_usage:
-            extra["usage"] = self._usage(rs, body.n)
-        if extra:
-            await resp.write(chunk([], **extra))
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
-
     async def _models(self, request: web.Request) -> web.Response:
         if self._starting():
-            return _error(503, "The server is starting up.")
+            return error_reply(503, "The server is starting up.")
         created = int(time.time())
         perm = [{"id": f"modelperm-{self.name}", "object": "model_permission", "created": created,
                  "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
@@ -490,7 +237,7 @@ class SimPod:
         for name, path in self.engine.adapters.items():
             data.append({"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": path,
                          "parent": self.cfg.model, "max_model_len": None, "permission": perm})  # fmt: skip
-        return _json(200, {"object": "list", "data": data})
+        return json_reply(200, {"object": "list", "data": data})
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=503 if self._starting() else 200)
@@ -500,7 +247,7 @@ class SimPod:
         if f.metrics_delay_s > 0:
             await asyncio.sleep(f.metrics_delay_s)
         if self._starting():
-            return _error(503, "The server is starting up.")
+            return error_reply(503, "The server is starting up.")
         if f.metrics_garbage_rate > 0 and self._frng.random() < f.metrics_garbage_rate:
             return web.Response(text="vllm:num_requests_running{{{ not prometheus \x00 garbage\n", status=200)
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -508,18 +255,18 @@ class SimPod:
     async def _lora_body(self, request: web.Request) -> LoraLoadBody | web.Response:
         """The adapter body, or the 400 to answer."""
         try:
-            return LoraLoadBody.model_validate(await self._read_json(request))
-        except _BadRequest as exc:
-            return _error(exc.status, exc.message, exc.param)
+            return LoraLoadBody.model_validate(await read_json_object(request))
+        except BadRequest as exc:
+            return error_reply(exc.status, exc.message, exc.param)
         except ValidationError as exc:
-            return _error(400, *validation_error(exc))
+            return error_reply(400, *validation_error(exc))
 
     async def _load_lora(self, request: web.Request) -> web.Response:
         body = await self._lora_body(request)
         if isinstance(body, web.Response):
             return body
         if body.lora_name in self.engine.adapters:
-            return _error(400, f"The lora adapter '{body.lora_name}' has already been loaded.", "lora_name")
+            return error_reply(400, f"The lora adapter '{body.lora_name}' has already been loaded.", "lora_name")
         self.engine.adapters[body.lora_name] = body.lora_path or f"/adapters/{body.lora_name}"
         return web.Response(text=f"Success: LoRA adapter '{body.lora_name}' added successfully.")
 
@@ -528,9 +275,9 @@ class SimPod:
         if isinstance(body, web.Response):
             return body
         if body.lora_name not in self.engine.adapters:
-            return _error(404, f"The lora adapter '{body.lora_name}' cannot be found.", "lora_name")
+            return error_reply(404, f"The lora adapter '{body.lora_name}' cannot be found.", "lora_name")
         if not self.engine.lora.drop(body.lora_name):
-            return _error(400, f"The lora adapter '{body.lora_name}' is in use.", "lora_name")
+            return error_reply(400, f"The lora adapter '{body.lora_name}' is in use.", "lora_name")
         del self.engine.adapters[body.lora_name]
         return web.Response(text=f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
