@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import BodyPartReader, web
 
-from ray_epp.simulator.engine import FINISHED
+from ray_epp.simulator.engine_request import FINISHED
 from ray_epp.simulator.openai_api import error_body
 from ray_epp.simulator.text import fake_tokens
 

@@ -19,61 +19,29 @@ the cache's changes collect as vLLM's events — `BlockStored` when a full block
 `BlockRemoved` when one is evicted, `AllBlocksCleared` on `reset_prefix_cache()` — which the driver
 takes with `take_kv_events()` after each `begin_step` / `finish_step`. Off, the keys are Python's
 built-in hash of the prompt's blocks, the cheapest there is.
+
+A request and its states: `engine_request.py`; what a request is made of before it queues (its
+model, prompt, admission errors, block hashes): `engine_intake.py`, a base of `Engine`.
 """
 
 from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ray_epp.kvevents import BlockHasher, KVEvent
 from ray_epp.simulator.config import PodConfig
+from ray_epp.simulator.engine_intake import RequestIntake
+from ray_epp.simulator.engine_request import ABORTED, FINISHED, RUNNING, TRANSFERRING, WAITING, EngineRequest
 from ray_epp.simulator.kv_cache import KVCache
 from ray_epp.simulator.lora import LoraSlots
 from ray_epp.simulator.timing import StepCost
 from ray_epp.simulator.tokenizer import PodTokenizer, pod_tokenizer
-from ray_epp.simulator.tokens import Prompt, block_hashes, count_tokens, flatten_messages, token_ids, vllm_hasher
-
-WAITING, TRANSFERRING, RUNNING, FINISHED, ABORTED = range(5)
+from ray_epp.simulator.tokens import vllm_hasher
 
 
-@dataclass(slots=True, eq=False)
-class EngineRequest:
-    """One request inside an engine; times are in the driver's seconds."""
-
-    request_id: str
-    prompt_tokens: int
-    max_tokens: int
-    output_len: int  # tokens this request will generate (<= max_tokens)
-    block_hashes: list[int]
-    arrival: float
-    lora: str | None = None
-    remote_prefill: bool = False  # P/D decode side: the prompt's KV is pulled from a prefill pod
-    remote_decode: bool = False  # P/D prefill side: stop after prefill and hand the KV over
-    sink: Any = None  # the driver's per-request state
-    token_ids: list[int] | None = None  # kept only while KV events are on (BlockStored carries them)
-    state: int = WAITING
-    prefill_len: int = 0  # tokens to compute before decoding (prompt, or prompt + output after preemption)
-    num_computed: int = 0
-    num_output: int = 0
-    blocks: list[int] = field(default_factory=list)
-    n_hashed: int = 0
-    num_cached_tokens: int = -1  # prompt tokens not computed here (prefix hits or pulled KV)
-    first_scheduled: float = -1.0
-    first_token_time: float = -1.0
-    finish_time: float = -1.0
-    ready_time: float = 0.0
-    sched_tokens: int = 0
-    finish_reason: str = ""
-    preemptions: int = 0
-    lora_loaded: bool = False
-    kv_blocks_out: list[int] | None = None
-
-
-class Engine:
+class Engine(RequestIntake):
     """The model of one model server (see module docstring)."""
 
     def __init__(self, cfg: PodConfig, seed: int = 0) -> None:
@@ -141,88 +109,7 @@ class Engine:
         self.version += 1
         return True
 
-    # ---- requests -------------------------------------------------------------------------
-    def resolve_model(self, model: str) -> str | None:
-        """The LoRA adapter a model name selects (None for the base model); KeyError if unknown."""
-        if model == self.cfg.model:
-            return None
-        if model in self.adapters and self.lora.max_loras > 0:
-            return model
-        raise KeyError(model)
-
-    def engine_prompt(
-        self, prompt: Prompt | None, messages: Sequence[Any] | None = None, special: bool = True
-    ) -> Prompt:
-        """The prompt as this pod sees it. With a tokenizer: its real token ids (chat messages
-        rendered with the tokenizer's chat template; `special`: a text prompt gets the tokens the
-        tokenizer adds), ValueError if it can not render them. Without: the prompt as given (chat
-        messages flattened), 4 characters a token."""
-        tok = self.tokenizer
-        if tok is None:
-            return prompt if prompt is not None else flatten_messages(messages or [])
-        if messages is not None:
-            return tok.chat_ids(messages)
-        return tok.encode(prompt, special) if isinstance(prompt, str) else list(prompt or [])
-
-    def check(self, prompt_tokens: int, max_tokens: int) -> tuple[str, str] | None:
-        """vLLM's admission errors (a 400) as (message, offending parameter), or None."""
-        if prompt_tokens <= 0:
-            return "The prompt cannot be empty.", "prompt"
-        limit = self.cfg.max_model_len
-        if prompt_tokens + max_tokens > limit:
-            return (
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
-                f"completion). Please reduce the length of the messages or completion.",
-                "prompt" if prompt_tokens >= limit else "max_tokens",
-            )
-        if -(-(prompt_tokens + max_tokens) // self.block_size) > self.kv.num_blocks:
-            return f"The request needs more KV cache than the server has ({self.kv.num_blocks} blocks).", "max_tokens"
-        return None
-
-    def new_request(
-        self,
-        request_id: str,
-        prompt: Prompt,
-        max_tokens: int,
-        arrival: float,
-        *,
-        lora: str | None = None,
-        ignore_eos: bool = False,
-        output_len: int | None = None,
-        remote_prefill: bool = False,
-        remote_decode: bool = False,
-        hashes: list[int] | None = None,
-    ) -> EngineRequest:
-        """Build a request (hashing its prompt blocks once); `output_len` forces the output length."""
-        n_prompt = count_tokens(prompt)
-        if remote_decode:
-            out = 1  # a P/D prefill stops after the first token
-        elif output_len is not None:
-            out = max(1, min(output_len, max_tokens))
-        elif self.cfg.output_length == "random" and not ignore_eos:
-            out = self.rng.randint(1, max_tokens)
-        else:
-            out = max_tokens
-        tokens = None
-        if self.hasher is not None:
-            tokens = token_ids(prompt)
-            hashes = self.hasher.hashes(tokens, lora_name=lora)
-        elif hashes is None:
-            hashes = block_hashes(prompt, self.block_size, lora)
-        return EngineRequest(
-            request_id=request_id,
-            prompt_tokens=n_prompt,
-            max_tokens=max_tokens,
-            output_len=out,
-            block_hashes=hashes,
-            arrival=arrival,
-            lora=lora,
-            remote_prefill=remote_prefill,
-            remote_decode=remote_decode,
-            token_ids=tokens,
-        )
-
+    # ---- requests (built by RequestIntake) ------------------------------------------------
     def add(self, r: EngineRequest) -> None:
         r.state = WAITING
         r.prefill_len = r.prompt_tokens

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ray_epp.simulator.engine import FINISHED, EngineRequest
+from ray_epp.simulator.engine_request import FINISHED, EngineRequest
 from ray_epp.simulator.openai_api import validation_error
 from ray_epp.simulator.text import fake_tokens
 from ray_epp.simulator.tokens import Prompt, count_tokens, parts_text

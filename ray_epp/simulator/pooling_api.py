@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from ray_epp.simulator.engine import FINISHED
+from ray_epp.simulator.engine_request import FINISHED
 from ray_epp.simulator.openai_api import error_body, validation_error
 from ray_epp.simulator.tokens import CHARS_PER_TOKEN, count_tokens, flatten_messages
 

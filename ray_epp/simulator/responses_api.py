@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ray_epp.simulator.engine import FINISHED, EngineRequest
+from ray_epp.simulator.engine_request import FINISHED, EngineRequest
 from ray_epp.simulator.openai_api import error_body, validation_error
 from ray_epp.simulator.text import fake_tokens
 from ray_epp.simulator.tokens import count_tokens, parts_text
