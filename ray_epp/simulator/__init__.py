@@ -8,7 +8,7 @@ which pods publish when `kv_events` is set).
 
 from ray_epp.simulator.baselines import BASELINES, LeastQueue, PowerOfTwo, RandomRouter, RoundRobin
 from ray_epp.simulator.cli import add_sim_arguments, main, run_sim
-from ray_epp.simulator.cluster_sim import HOLD, ClusterSim, PodView, RouteDecision, Router, SimRequest, run_cluster_sim
+from ray_epp.simulator.cluster_sim import ClusterSim, run_cluster_sim
 from ray_epp.simulator.config import (
     DEFAULT_MODEL,
     ROLE_LABEL,
@@ -21,6 +21,7 @@ from ray_epp.simulator.config import (
 from ray_epp.simulator.engine import Engine, EngineRequest
 from ray_epp.simulator.http_server import POD_HEADER, SimCluster, SimPod
 from ray_epp.simulator.report import Dist, PodStats, RequestResult, SimReport
+from ray_epp.simulator.routing import HOLD, PodView, RouteDecision, Router, SimRequest
 from ray_epp.simulator.threaded import PodHandle, ThreadedSimCluster, start_sim_pods_in_thread
 from ray_epp.simulator.tokens import CHARS_PER_TOKEN, block_hashes, count_tokens, flatten_messages
 from ray_epp.simulator.workload import WorkloadSpec, generate_workload

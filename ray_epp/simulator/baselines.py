@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import random
 
-from ray_epp.simulator.cluster_sim import PodView, SimRequest
 from ray_epp.simulator.report import RequestResult
+from ray_epp.simulator.routing import PodView, SimRequest
 
 
 def _candidates(pods: list[PodView]) -> list[PodView]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ray_epp.simulator.cluster_sim import SimRequest
 from ray_epp.simulator.config import DEFAULT_MODEL
+from ray_epp.simulator.routing import SimRequest
 from ray_epp.simulator.tokens import CHARS_PER_TOKEN
 
 
