@@ -2,8 +2,9 @@
 
 Readers never poll it per request: `watch(since_version, timeout_s)` returns as soon as the routable
 snapshot changed (or at the timeout), so profile actors and gateway replicas keep a local copy.
-Pod health and versions: `actors/pod_state.py`, `actors/datastore_core.py`. A periodic check
-notices staleness without waiting for a report.
+Pod health and versions: `actors/pod_state.py`, `actors/datastore_core.py`; changes to the pod set
+and its metrics actors: `actors/pod_set_reconciler.py`. A periodic check notices staleness without
+waiting for a report.
 
 Metrics actors. One `NodeMetricsActor` scrapes the pods of one Ray node (`actors/metrics_groups.py`
 says which). It sends one `report_batch` per scrape round with what changed, and the datastore
@@ -46,10 +47,10 @@ import ray
 
 from actors.datastore_core import DatastoreCore
 from actors.metrics_fleet import MetricsFleet, kill
-from actors.metrics_groups import by_name, plan_pod_set, to_place
+from actors.metrics_groups import by_name
 from actors.options import ActorOptions, PodSpec, as_options, as_pod
-from actors.placement import RayNodes
-from actors.pod_source import RUNTIME, STATIC, PodConflict, PodSource
+from actors.pod_set_reconciler import PodSetReconciler
+from actors.pod_source import RUNTIME, STATIC, PodSource
 from actors.pod_source_specs import build_pod_source
 from actors.pod_state import PodRecord, PodState
 from actors.response_pins import ResponsePins
@@ -91,6 +92,7 @@ class DatastoreActor:
         self._sources: dict[str, PodSource] = {}
         for source in map(build_pod_source, sources or []):
             self._sources[source.id] = source
+        self._pod_set = PodSetReconciler(self._core, self._fleet, self._sources, self._options)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._bootstrap()), loop.create_task(self._check_loop())]
 
@@ -114,7 +116,7 @@ class DatastoreActor:
                 else:
                     for _, handle, _ in found:  # leftovers of an earlier datastore of this name
                         kill(handle)
-                    await self._set_unmanaged(self._initial, STATIC, drain=False)
+                    await self._pod_set.set_unmanaged(self._initial, STATIC, drain=False)
             await self._start_sources()
         except Exception as err:
             self._bootstrap_error = f"{type(err).__name__}: {err}"
@@ -162,7 +164,7 @@ class DatastoreActor:
                 self._core.refresh_states()
                 if self._core.drained():
                     async with self._lock:
-                        await self._finish_drains()
+                        await self._pod_set.finish_drains()
             except Exception as err:  # keep checking
                 log.exception("state check failed: %s", err)
 
@@ -182,7 +184,7 @@ class DatastoreActor:
             names = set(by_name(specs))
             async with self._lock:
                 gone = [n for n, p in self._core.pods.items() if p.source == source.id and n not in names]
-                return await self._reconcile(specs, source=source.id, remove=gone, drain=True)
+                return await self._pod_set.reconcile(specs, source=source.id, remove=gone, drain=True)
 
         try:
             await source.run(publish)
@@ -190,97 +192,6 @@ class DatastoreActor:
             raise
         except Exception as err:
             log.exception("pod source %s stopped: %s", source.id, err)
-
-    async def _finish_drains(self) -> None:
-        """Drained pods leave the pod set (their metrics actors stop scraping them)."""
-        done = self._core.drained()
-        groups = set()
-        for name, why in done.items():
-            pod = self._core.pods.pop(name)
-            groups.add(pod.group)
-            log.info("pod %s drained (%s, after %.1f s): removed", name, why, time.monotonic() - pod.draining_since)
-        for group in sorted(groups):
-            await self._sync_group(group)
-        if done:
-            self._core.bump()
-
-    # --- the pod set and its metrics actors ----------------------------------------------------
-
-    async def _sync_group(self, group: str, nodes: RayNodes | None = None) -> None:
-        members = [p for p in self._core.pods.values() if p.group == group]
-        handle = await self._fleet.sync(group, [p.spec for p in members], nodes)
-        for pod in members:
-            pod.actor = handle
-
-    def _check_owner(self, names: list[str], source: str) -> None:
-        """`source` may change these pods: none is owned by another managed source (unless it is
-        only draining there)."""
-        for name in names:
-            pod = self._core.pods.get(name)
-            owner = pod.source if pod is not None else ""
-            if owner != source and owner in self._sources and pod.draining_since is None:
-                raise PodConflict(f"pod {name!r} belongs to pod source {owner}; change it there")
-
-    async def _set_unmanaged(self, specs: list[PodSpec], source: str, drain: bool) -> dict[str, list[str]]:
-        """Make the pods no managed source owns exactly `specs`."""
-        wanted = by_name(specs)
-        gone = [n for n, p in self._core.pods.items() if p.source not in self._sources and n not in wanted]
-        return await self._reconcile(specs, source=source, remove=gone, drain=drain)
-
-    async def _reconcile(
-        self, specs: list[PodSpec], *, source: str, remove: list[str], drain: bool
-    ) -> dict[str, list[str]]:
-        """Add or replace `specs` as pods of `source` and remove (or drain) the pods named in
-        `remove`; then make the metrics actors match. A wanted pod that was draining is wanted
-        again; a relabelled pod (same address and port) keeps its metrics and stays routable."""
-        pods = self._core.pods
-        wanted = by_name(specs)
-        self._check_owner(list(wanted), source)
-        if not drain:
-            self._check_owner(remove, source)
-        keep = {n: p.spec for n, p in pods.items() if drain or n not in remove}
-        full = {**keep, **wanted}
-        nodes: RayNodes | None = None
-        if to_place({n: p.spec for n, p in pods.items()}, full):
-            nodes = RayNodes.of(await asyncio.to_thread(ray.nodes))
-        change = plan_pod_set(
-            {n: (p.spec, p.group) for n, p in pods.items()},
-            full,
-            remove_missing=True,
-            nodes=nodes or RayNodes(),
-            local_node_id=ray.get_runtime_context().get_node_id(),
-            max_pods=self._options.max_pods_per_metrics_actor,
-            scope=self._options.metrics_actor_scope,
-        )
-        changed = change.changed
-        for name, group in change.placed.items():
-            old = pods.pop(name, None)  # a replaced pod is placed again: its address may have moved
-            record = PodRecord(full[name], None, group, source=source)
-            if old is not None and (old.spec.address, old.spec.port) == (record.spec.address, record.spec.port):
-                record.metrics, record.last_seen, record.reports, record.models = (
-                    old.metrics,
-                    old.last_seen,
-                    old.reports,
-                    old.models,
-                )
-                record.added, record.consecutive_failures = old.added, old.consecutive_failures
-                record.state = record.health(time.monotonic(), self._options)
-            pods[name] = record
-        for name in change.removed:
-            del pods[name]
-        for name in wanted:
-            pods[name].source = source
-            changed = self._core.end_drain(name) or changed
-        draining = []
-        if drain:
-            for name in remove:
-                if self._core.begin_drain(name):
-                    draining.append(name)
-        for group in sorted(change.touched):
-            await self._sync_group(group, nodes)
-        if changed:
-            self._core.bump()
-        return {"added": change.added, "removed": change.removed, "replaced": change.replaced, "draining": draining}
 
     # --- the API -------------------------------------------------------------------------------
 
@@ -384,7 +295,7 @@ class DatastoreActor:
         draining one is wanted again). PodConflict when a managed source owns that name."""
         await self._ready()
         async with self._lock:
-            return await self._reconcile([as_pod(spec)], source=RUNTIME, remove=[], drain=False)
+            return await self._pod_set.reconcile([as_pod(spec)], source=RUNTIME, remove=[], drain=False)
 
     async def remove_pod(self, name: str, drain: bool = False) -> bool:
         """Remove a pod at once, or (`drain`) take it out of the snapshot and remove it when its
@@ -394,8 +305,8 @@ class DatastoreActor:
         async with self._lock:
             if name not in self._core.pods:
                 return False
-            self._check_owner([name], RUNTIME)
-            await self._reconcile([], source=RUNTIME, remove=[name], drain=drain)
+            self._pod_set.check_owner([name], RUNTIME)
+            await self._pod_set.reconcile([], source=RUNTIME, remove=[name], drain=drain)
             return True
 
     async def set_pods(self, specs: list[dict[str, Any] | PodSpec], drain: bool = False) -> dict[str, list[str]]:
@@ -403,7 +314,7 @@ class DatastoreActor:
         managed source): start, replace and retire metrics actors; removed pods drain with `drain`."""
         await self._ready()
         async with self._lock:
-            return await self._set_unmanaged([as_pod(s) for s in specs], STATIC, drain)
+            return await self._pod_set.set_unmanaged([as_pod(s) for s in specs], STATIC, drain)
 
     async def sources(self) -> list[dict[str, Any]]:
         """Every managed pod source's status (a watched file: pods, last load, the error that keeps
