@@ -29,7 +29,7 @@ from ray.serve._private.common import DeploymentHandleSource, DeploymentID, Repl
 from ray.serve._private.request_router.common import PendingRequest
 
 from bench.serve_llm_replica import request_model
-from bench.serve_llm_routing import Shape, workload
+from bench.serve_llm_workloads import Shape, workload
 from serve_app.llm_router.router import EPPRequestRouter, percentiles_ms
 from serve_app.llm_router.stats import METRICS_URL_KEY, engine_routing_stats
 

@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.address:
         ray.init(address=args.address, log_to_driver=False)
     elif args.fake:
-        from bench.serve_llm_routing import start_local_ray
+        from bench.local_ray import start_local_ray
 
         start_local_ray()
     else:

@@ -24,7 +24,9 @@ actor's prefix index and in-flight ledgers
 
 Writes <out>.json, <out>.png (RSS and structure sizes over time, faults marked), and the two small
 figures docs/RELIABILITY.md shows, <out>_rss.png and <out>_errors.png. A benchmark,
-not a test (tests/bench/test_soak.py runs it tiny so it cannot rot)."""
+not a test (tests/bench/test_soak.py runs it tiny so it cannot rot). The faults:
+bench/soak_faults.py; the sampling and its summaries: bench/soak_sampling.py; the figures:
+bench/soak_plots.py."""
 
 from __future__ import annotations
 
@@ -34,7 +36,6 @@ import contextlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,14 +45,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import psutil
 
 from bench.e2e import _free_port
 from bench.gateway_overhead import ROOT, _wait_http
+from bench.soak_faults import FAULTS, Fault, SoakFaults
 from bench.soak_plots import plot, plot_small
+from bench.soak_sampling import SoakSampling, print_summary, process_summary, size_summary
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-FAULTS = ("pod", "datastore", "metrics-actor", "profile-actor", "gateway-replica", "hung-pod", "kv-publisher")
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima")
 
 
@@ -93,16 +94,7 @@ class Result:
 
 
 @dataclass
-class Fault:
-    kind: str
-    t: float
-    detail: str = ""
-    back_t: float | None = None  # pods: when the process was started again
-    recovered_s: float | None = None  # from the fault until the part serves again
-
-
-@dataclass
-class Soak:
+class Soak(SoakFaults, SoakSampling):
     cfg: SoakConfig
     tmp: Path
     pod_procs: dict[str, subprocess.Popen] = field(default_factory=dict)
@@ -264,169 +256,6 @@ class Soak:
         if tasks:
             await asyncio.wait(tasks, timeout=self.cfg.request_timeout_s + 5)
 
-    # --- faults --------------------------------------------------------------------------------
-
-    def inject(self, kind: str, k: int) -> Fault:
-        """Inject one fault, then wait (in this thread, up to 120 s) until the part is back:
-        `recovered_s` is from the fault to then (None: not back in time)."""
-        import ray
-
-        fault = Fault(kind, time.monotonic() - self.t0)
-        actors = self.dep.actors
-        back: Any = None  # () -> bool: the part is back
-        if kind == "pod":
-            name = sorted(self.pod_procs)[k % len(self.pod_procs)]
-            proc = self.pod_procs[name]
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
-            fault.detail = f"{name} (pid {proc.pid}) SIGKILLed, started again after {self.cfg.pod_down_s:g} s"
-            time.sleep(self.cfg.pod_down_s)
-            self.start_pod(name)
-            fault.back_t = time.monotonic() - self.t0
-
-            def back() -> bool:  # routable again: healthy, fresh metrics
-                _, endpoints = ray.get(actors.datastore.snapshot.remote(), timeout=10)
-                return name in {e.name for e in endpoints}
-        elif kind == "hung-pod":
-            name = sorted(self.pod_procs)[k % len(self.pod_procs)]
-            proc = self.pod_procs[name]
-            proc.send_signal(signal.SIGSTOP)
-            fault.detail = f"{name} (pid {proc.pid}) SIGSTOPped for {self.cfg.hang_s:g} s, then SIGCONTed"
-            time.sleep(self.cfg.hang_s)
-            proc.send_signal(signal.SIGCONT)
-            fault.back_t = time.monotonic() - self.t0
-
-            def back() -> bool:
-                _, endpoints = ray.get(actors.datastore.snapshot.remote(), timeout=10)
-                return name in {e.name for e in endpoints}
-        elif kind == "kv-publisher":
-            if not self.cfg.kv_events:
-                raise ValueError("the kv-publisher fault needs --kv-events")
-            name = sorted(self.pod_procs)[k % len(self.pod_procs)]
-            profile = next(iter(actors.profiles.values()))
-            proc = self.pod_procs[name]
-            proc.send_signal(signal.SIGKILL)  # the publisher lives in the pod's process
-            proc.wait(10)
-            self.start_pod(name)  # at once, on the same HTTP and PUB ports
-            fault.back_t = time.monotonic() - self.t0
-            before = ray.get(profile.kv_events.remote(), timeout=30)["streams"].get(name, {}).get("batches", 0)
-            fault.detail = f"{name}'s KV-event publisher (its process) killed and started again on its port"
-
-            def back() -> bool:  # the profile actor receives the new publisher's events
-                stream = ray.get(profile.kv_events.remote(), timeout=10)["streams"].get(name, {})
-                return stream.get("batches", 0) > before
-        elif kind == "datastore":
-            pid = ray.get(actors.datastore.debug_info.remote(), timeout=30)["pid"]
-            ray.kill(actors.datastore, no_restart=False)
-            fault.detail = "datastore actor killed (Ray restarts it)"
-
-            def back() -> bool:  # a new incarnation that publishes the pool again
-                if ray.get(actors.datastore.debug_info.remote(), timeout=10)["pid"] == pid:
-                    return False
-                return ray.get(actors.datastore.snapshot.remote(), timeout=10)[1] != []
-        elif kind == "metrics-actor":
-            groups = _retry(lambda: ray.get(actors.datastore.metrics_actors.remote(), timeout=10))
-            pod = sorted(groups)[k % len(groups)]  # pod name -> its metrics actor
-            handle = groups[pod]
-            pid = ray.get(handle.stats.remote(), timeout=30)["pid"]
-            ray.kill(handle, no_restart=False)
-            fault.detail = f"the metrics actor of {pod} killed"
-
-            def back() -> bool:  # a new incarnation that scrapes
-                stats = ray.get(handle.stats.remote(), timeout=10)
-                return stats["pid"] != pid and stats["scrapes"] > 0
-        elif kind == "profile-actor":
-            name = sorted(actors.profiles)[k % len(actors.profiles)]
-            handle = actors.profiles[name]
-            pid = ray.get(handle.info.remote(), timeout=30)["pid"]
-            ray.kill(handle, no_restart=False)
-            fault.detail = f"profile actor {name} killed"
-
-            def back() -> bool:  # a new incarnation holding a snapshot
-                info = ray.get(handle.info.remote(), timeout=10)
-                return info["pid"] != pid and bool(info["endpoints"])
-        elif kind == "gateway-replica":
-            from ray import serve
-
-            # Serve names its replicas' actors SERVE_REPLICA::<app>#<deployment>#<id>
-            victims = sorted(n for n in _replica_actor_names() if f"::{self.dep.app_name}#Gateway#" in n)
-            victim = victims[k % len(victims)]
-            ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
-            fault.detail = f"gateway replica {victim} killed (Serve replaces it)"
-
-            def back() -> bool:  # a replacement runs (and, being RUNNING, serves the port)
-                names = [n for n in _replica_actor_names() if f"::{self.dep.app_name}#Gateway#" in n]
-                if victim in names or not set(names) - set(victims):
-                    return False
-                deployment = serve.status().applications[self.dep.app_name].deployments["Gateway"]
-                return deployment.replica_states.get("RUNNING", 0) >= self.cfg.replicas
-        else:
-            raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULTS)}")
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            with contextlib.suppress(Exception):
-                if back():
-                    fault.recovered_s = round(time.monotonic() - self.t0 - fault.t, 1)
-                    break
-            time.sleep(0.25)
-        return fault
-
-    async def fault_loop(self, seconds: float) -> None:
-        k = 0
-        every = self.cfg.fault_every_s
-        while self.cfg.faults and (k + 1) * every < seconds - 5:
-            await asyncio.sleep(max(0.0, self.t0 + (k + 1) * every - time.monotonic()))
-            kind = self.cfg.faults[k % len(self.cfg.faults)]
-            try:
-                fault = await asyncio.to_thread(self.inject, kind, k // len(self.cfg.faults))
-            except Exception as err:  # reported, and the soak goes on
-                fault = Fault(kind, time.monotonic() - self.t0, f"could not inject: {err!r}")
-            self.faults.append(fault)
-            print(f"[{fault.t:7.1f} s] fault: {fault.kind}: {fault.detail}", flush=True)
-            k += 1
-
-    # --- sampling ------------------------------------------------------------------------------
-
-    def sample(self) -> dict[str, Any]:
-        import ray
-
-        t = time.monotonic() - self.t0
-        procs: dict[str, dict[str, Any]] = {}
-        for proc in _our_processes():
-            with contextlib.suppress(psutil.Error):
-                mem = proc.memory_full_info()
-                if mem.rss == 0:  # exited (a zombie) since it was listed
-                    continue
-                procs[f"{_role(proc)}[{proc.pid}]"] = {"rss_mb": mem.rss / 2**20, "uss_mb": mem.uss / 2**20}
-        sizes: dict[str, Any] = {}
-        with contextlib.suppress(Exception):
-            infos = ray.get([h.info.remote() for h in self.dep.actors.profiles.values()], timeout=10)
-            for name, info in zip(self.dep.actors.profiles, infos, strict=True):
-                for key, n in info.get("state_sizes", {}).items():
-                    sizes[f"{name}/{key}"] = n
-        with contextlib.suppress(Exception):
-            for key, n in ray.get(self.dep.hub.sizes.remote(), timeout=10).items():
-                sizes[f"metrics-hub/{key}"] = n
-        with contextlib.suppress(Exception):
-            sizes["datastore/pods"] = ray.get(self.dep.actors.datastore.debug_info.remote(), timeout=10)["pods"]
-        done = [r for r in self.results if r.t <= t]
-        return {
-            "t": round(t, 1),
-            "sent": len(done),
-            "failed": sum(1 for r in done if r.status != 200),
-            "outstanding": self.outstanding,
-            "processes": procs,
-            "sizes": sizes,
-        }
-
-    async def sample_loop(self, seconds: float) -> None:
-        end = self.t0 + seconds
-        while True:
-            self.samples.append(await asyncio.to_thread(self.sample))
-            if time.monotonic() >= end:
-                return
-            await asyncio.sleep(min(self.cfg.sample_every_s, max(0.0, end - time.monotonic())))
-
     # --- the run -------------------------------------------------------------------------------
 
     async def run(self) -> dict[str, Any]:
@@ -482,8 +311,8 @@ class Soak:
             "latency_ok_s": {"p50": _pct(ok, 0.5), "p99": _pct(ok, 0.99), "max": ok[-1] if ok else None},
             "faults": windows,
             "failures": [asdict(r) for r in res if r.status != 200][:2000],
-            "processes": _process_summary(self.samples),
-            "sizes": _size_summary(self.samples),
+            "processes": process_summary(self.samples),
+            "sizes": size_summary(self.samples),
             "samples": self.samples,
         }
 
@@ -508,100 +337,6 @@ def engine_capacity(cfg: SoakConfig) -> float:
     step = t.step_overhead_s + cfg.max_num_seqs * (t.decode_per_seq_s + ctx * t.kv_read_per_token_s)
     per_request = cfg.max_tokens * step + prompt_tokens * t.prefill_per_token_s
     return cfg.pods * cfg.max_num_seqs / per_request
-
-
-def _retry(fn: Any, timeout_s: float = 60.0) -> Any:
-    """fn() until it answers (a restarting actor is unavailable for a while)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return fn()
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
-def _replica_actor_names() -> list[str]:
-    from ray.util import list_named_actors
-
-    return [a["name"] for a in list_named_actors(all_namespaces=True) if a.get("namespace") == "serve"]
-
-
-def _our_processes() -> list[psutil.Process]:
-    """This driver, every process under the Ray it started (workers are the raylet's children,
-    which is this driver's child), and the pods."""
-    me = psutil.Process()
-    with contextlib.suppress(psutil.Error):
-        return [me, *me.children(recursive=True)]
-    return [me]
-
-
-def _role(proc: psutil.Process) -> str:
-    """A process's part: the Ray worker's title (ray::DatastoreActor, ray::ServeReplica:epp:Gateway,
-    ...), a pod's name, or the executable."""
-    with contextlib.suppress(psutil.Error):
-        cmd = proc.cmdline()
-        if proc.pid == os.getpid():
-            return "driver"
-        if cmd and cmd[0].startswith("ray::"):
-            title = cmd[0].split(" ", 1)[0]
-            if "ServeReplica:" in title:  # "ray::SERVE_REPLICA::<id>:ServeReplica:<app>:<deployment>" at start
-                title = "ray::ServeReplica:" + title.split("ServeReplica:", 1)[1]
-            return title.split(".", 1)[0]
-        if any(part.endswith("simulator") for part in cmd) and "--config" in cmd:
-            return "pod:" + Path(cmd[cmd.index("--config") + 1]).stem
-        for part in cmd:
-            name = Path(part).name
-            if name in ("raylet", "gcs_server", "plasma_store") or name.endswith(".py"):
-                return name
-        return Path(cmd[0]).name if cmd else proc.name()
-    return "?"
-
-
-WARM_UP_S = 600.0  # growth is judged after this much of a process's life (caches and indexes fill)
-
-
-def _process_summary(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per process: RSS at its first and last sample and its max, and, for one that lived past
-    `WARM_UP_S`, its RSS then and its growth after it, per 10 minutes."""
-    series: dict[str, list[tuple[float, float]]] = {}
-    for s in samples:
-        for key, mem in s["processes"].items():
-            series.setdefault(key, []).append((s["t"], mem["rss_mb"]))
-    out: dict[str, dict[str, Any]] = {}
-    for key, pts in series.items():
-        if key.startswith(("ray::IDLE", "ray::CoreWorker")):
-            continue
-        row: dict[str, Any] = {
-            "first_t": pts[0][0],
-            "last_t": pts[-1][0],
-            "rss_start_mb": round(pts[0][1], 1),
-            "rss_end_mb": round(pts[-1][1], 1),
-            "rss_max_mb": round(max(v for _, v in pts), 1),
-        }
-        warm = next(((t, v) for t, v in pts if t >= pts[0][0] + WARM_UP_S), None)
-        if warm is not None and pts[-1][0] - warm[0] >= WARM_UP_S:
-            row["rss_warm_mb"] = round(warm[1], 1)
-            row["growth_after_warm_up_mb_per_10min"] = round((pts[-1][1] - warm[1]) / (pts[-1][0] - warm[0]) * 600, 2)
-        out[key] = row
-    return out
-
-
-def print_summary(report: dict[str, Any]) -> None:
-    """The memory table of a report: per role, each process's RSS start, after warm-up, end, max."""
-    print("process | start | after warm-up | end | max | growth after warm-up (MiB / 10 min)")
-    for key, row in sorted(_process_summary(report["samples"]).items()):
-        print(f"{key} | {row['rss_start_mb']} | {row.get('rss_warm_mb', '')} | {row['rss_end_mb']} | "
-              f"{row['rss_max_mb']} | {row.get('growth_after_warm_up_mb_per_10min', '')}")  # fmt: skip
-
-
-def _size_summary(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    series: dict[str, list[int]] = {}
-    for s in samples:
-        for key, n in s["sizes"].items():
-            series.setdefault(key, []).append(n)
-    return {k: {"start": v[0], "end": v[-1], "max": max(v)} for k, v in series.items()}
 
 
 def _kind(r: Result) -> str:

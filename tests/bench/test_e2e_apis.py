@@ -11,8 +11,8 @@ import dataclasses
 import pytest
 
 from bench.api_shapes import StreamReader, api_of, request
-from bench.e2e import _replay
 from bench.metrics import OK
+from bench.replay_client import replay
 from bench.workloads import AgenticSpec, agentic_workload
 from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
 
@@ -45,7 +45,7 @@ def test_the_agentic_workload_runs_over_each_api(api: str):
     workload = agentic_workload(0, 0, SMALL)
     with start_sim_pods_in_thread([PodConfig(name="a")], time_scale=0.05) as cluster:
         url = f"http://127.0.0.1:{cluster.pods[0].port}"
-        outcomes, _ = asyncio.run(_replay([url], workload, 0.05, 20.0, 0, api=api))
+        outcomes, _ = asyncio.run(replay([url], workload, 0.05, 20.0, 0, api=api))
     assert all(o.status == OK for o in outcomes), [(o.reason, o.detail) for o in outcomes if o.status != OK]
     by_id = {r.request_id: r for r in workload}
     assert all(o.output_tokens == by_id[o.request_id].max_tokens and o.prompt_tokens > 0 for o in outcomes)

@@ -10,8 +10,9 @@ import pytest
 from aiohttp import web
 
 from bench.cli import main
-from bench.e2e import TARGETS, E2EDriver, _replay, _wait_ready, failure_split
+from bench.e2e import TARGETS, E2EDriver, _wait_ready, failure_split
 from bench.metrics import ERROR, OK, SHED
+from bench.replay_client import replay
 from bench.scenarios import SCENARIOS
 from tests.bench import helpers
 
@@ -98,7 +99,7 @@ def test_e2e_replay_says_why_each_request_failed() -> None:
         await site.start()
         port = runner.addresses[0][1]
         try:
-            outcomes, _ = await _replay([f"http://127.0.0.1:{port}"], workload, 1.0, 1.0, 0)
+            outcomes, _ = await replay([f"http://127.0.0.1:{port}"], workload, 1.0, 1.0, 0)
         finally:
             await runner.cleanup()
         return outcomes
@@ -157,7 +158,7 @@ def test_a_config_path_target_that_fails_to_start_is_reported_with_its_log(tmp_p
 
 def test_requests_that_bypass_the_router_go_to_a_pod_the_router_never_hears_of() -> None:
     """cache-pressure-shared's direct clients: end to end they are sent to a pod drawn at random
-    (the pods' Service), the rest to the router, and `_replay` sends each where it is told."""
+    (the pods' Service), the rest to the router, and `replay` sends each where it is told."""
     from bench.e2e import destinations
     from bench.workloads.shared_pool import DIRECT, TRAFFIC_HEADER, is_direct
 
@@ -193,7 +194,7 @@ def test_requests_that_bypass_the_router_go_to_a_pod_the_router_never_hears_of()
         for r in small:
             r.headers["x-id"] = r.request_id
         try:
-            outcomes, _ = await _replay(
+            outcomes, _ = await replay(
                 [], small, 1.0, 5.0, 0, [f"http://127.0.0.1:{ports[i % 2]}" for i in range(len(small))]
             )
         finally:

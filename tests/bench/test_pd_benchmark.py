@@ -6,20 +6,15 @@ import math
 
 import pytest
 
-from bench.pd_benchmark import (
+from bench.pd_benchmark import PREFIX_TOKENS, SHORT_SUFFIX, Setup, long_prompts, shared_prefix, sim_row
+from bench.pd_figures import (
     DECODE_ONLY,
     PD,
-    PREFIX_TOKENS,
-    SHORT_SUFFIX,
-    Setup,
     counts_delta,
     decision_counts,
     flow_throughput,
     flow_window,
-    long_prompts,
-    shared_prefix,
     sim_markdown,
-    sim_row,
 )
 from ray_epp.simulator import DEFAULT_MODEL, SimRequest
 from tests.bench.helpers import pods
@@ -114,7 +109,8 @@ def test_sim_row_and_table_for_a_tiny_pd_run():
 
 
 def test_rounds_setups_set_parallel_stages_and_scheduler_time_is_read():
-    from bench.pd_benchmark import E2E_ROUNDS_SETUPS, mean_ms, scheduler_time
+    from bench.pd_benchmark import E2E_ROUNDS_SETUPS
+    from bench.pd_figures import mean_ms, scheduler_time
 
     names = [s.name for s in E2E_ROUNDS_SETUPS]
     assert names == ["2P+2D, sequential rounds", "2P+2D, one round", "2P+2D, one round", "2P+2D, sequential rounds"]

@@ -15,7 +15,7 @@ from ray.serve.request_router import PendingRequest
 
 from bench.llm_router_decision import replicas, router
 from bench.serve_llm_replica import request_model
-from bench.serve_llm_routing import Shape, workload
+from bench.serve_llm_workloads import Shape, workload
 
 
 async def decide(epp, reps, n: int = 20) -> list[str]:
