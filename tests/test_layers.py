@@ -1,5 +1,5 @@
 """The layer rules of docs/DESIGN.md ("Layers and folders"), checked on every import in the code,
-including imports inside functions."""
+including imports inside functions, and the size of its rooms (no file over 450 lines)."""
 
 from __future__ import annotations
 
@@ -159,3 +159,31 @@ def test_no_import_circle():
 
 def test_a_circle_is_found():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# A file is a room with one concept (docs/DESIGN.md): past this many lines it holds more than one.
+ROOM_LINES = 450
+ROOMS = ("scheduler", "actors", "serve_app", "ray_epp", "bench")
+
+
+def oversized_rooms(root: Path, limit: int = ROOM_LINES) -> dict[str, int]:
+    """Every .py file under the product's and the bench's folders longer than `limit` lines."""
+    found = {}
+    for package in ROOMS:
+        for path in sorted((root / package).rglob("*.py")):
+            lines = len(path.read_text().splitlines())
+            if lines > limit:
+                found[path.relative_to(root).as_posix()] = lines
+    return found
+
+
+def test_no_room_over_450_lines():
+    assert oversized_rooms(ROOT) == {}
+
+
+def test_an_oversized_room_is_found(tmp_path):
+    (tmp_path / "bench" / "deep").mkdir(parents=True)
+    (tmp_path / "bench" / "deep" / "big.py").write_text("x = 1\n" * (ROOM_LINES + 1))
+    (tmp_path / "actors").mkdir()
+    (tmp_path / "actors" / "fits.py").write_text("x = 1\n" * ROOM_LINES)
+    assert oversized_rooms(tmp_path) == {"bench/deep/big.py": ROOM_LINES + 1}
