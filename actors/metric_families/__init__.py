@@ -23,11 +23,11 @@ from __future__ import annotations
 from actors.metric_families import per_request, scheduling, pool, flow_control, data_path, ray_epp_own  # noqa: F401
 # isort: on
 from actors.metric_families.buckets import LLMD_TTFT
-from actors.metric_families.family import _BY_NAME, COUNTER, GAUGE, HISTOGRAM, Family
+from actors.metric_families.family import COUNTER, GAUGE, HISTOGRAM, REGISTERED, Family
 
 __all__ = ["BUCKETS", "COUNTER", "FAMILIES", "GAUGE", "HISTOGRAM", "LLMD_TTFT", "Family"]
 
-FAMILIES: dict[str, Family] = dict(_BY_NAME)
+FAMILIES: dict[str, Family] = dict(REGISTERED)
 BUCKETS: dict[str, tuple[float, ...]] = {f.name: f.buckets for f in FAMILIES.values() if f.kind == HISTOGRAM}
 
 

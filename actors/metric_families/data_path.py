@@ -4,18 +4,10 @@ actors' subscribers)."""
 
 from __future__ import annotations
 
-from actors.metric_families.family import (
-    COUNTER,
-    DECISION,
-    GAUGE,
-    LLMD,
-    Family,
-    _add,
-    _view,
-)
+from actors.metric_families.family import COUNTER, DECISION, GAUGE, LLMD, Family, add_families, view
 
 # ---- P/D disaggregation (the gateway, from the handler's decision) ------------------------------------
-_add(
+add_families(
     Family(
         "llm_d_epp_disagg_decision_total",
         COUNTER,
@@ -31,15 +23,15 @@ _add(
         origin=LLMD,
     ),
 )
-_add(
-    _view(
+add_families(
+    view(
         "llm_d_inference_scheduler_disagg_decision_total",
         "llm_d_epp_disagg_decision_total",
         "disagg-profile-handler decisions, by stages used.",
         ("model_name", "decision_type"),
         LLMD,
     ),
-    _view(
+    view(
         "llm_d_inference_scheduler_pd_decision_total",
         "llm_d_epp_pd_decision_total",
         "pd-profile-handler decisions.",
@@ -49,7 +41,7 @@ _add(
 )
 
 # ---- the data layer: the metrics actors' scrapes, counted by the datastore -------------------------------
-_add(
+add_families(
     Family(
         "llm_d_epp_datalayer_poll_errors_total",
         COUNTER,
@@ -65,15 +57,15 @@ _add(
         origin=LLMD,
     ),
 )
-_add(
-    _view(
+add_families(
+    view(
         "llm_d_inference_scheduler_datalayer_poll_errors_total",
         "llm_d_epp_datalayer_poll_errors_total",
         "Failed scrapes of model servers' metrics pages.",
         ("source_type",),
         LLMD,
     ),
-    _view(
+    view(
         "llm_d_inference_scheduler_datalayer_extract_errors_total",
         "llm_d_epp_datalayer_extract_errors_total",
         "Metrics pages that could not be read as metrics.",
@@ -83,7 +75,7 @@ _add(
 )
 
 # ---- KV events (the profile actors' subscribers) ------------------------------------------------------
-_add(
+add_families(
     Family(
         "llm_d_epp_kv_cache_events_active_subscribers",
         GAUGE,

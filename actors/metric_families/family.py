@@ -36,17 +36,19 @@ class Family:
     exposed: bool = True
 
 
-def _view(name: str, source: str, help_text: str, labels: tuple[str, ...], origin: str = GIE_LLMD, **kw) -> Family:
-    src = _BY_NAME[source]
+def view(name: str, source: str, help_text: str, labels: tuple[str, ...], origin: str = GIE_LLMD, **kw) -> Family:
+    """A family rendered from the registered family `source`: its kind, and its buckets unless given."""
+    src = REGISTERED[source]
     fam = Family(name, src.kind, help_text, labels, kw.pop("buckets", src.buckets), origin, source, **kw)
     return fam
 
 
-_BY_NAME: dict[str, Family] = {}
+REGISTERED: dict[str, Family] = {}
 
 
-def _add(*families: Family) -> None:
+def add_families(*families: Family) -> None:
+    """Register families (a catalogue module calls it when imported); a name twice is an error."""
     for fam in families:
-        if fam.name in _BY_NAME:
+        if fam.name in REGISTERED:
             raise ValueError(f"metric family {fam.name} defined twice")
-        _BY_NAME[fam.name] = fam
+        REGISTERED[fam.name] = fam

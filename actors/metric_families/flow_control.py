@@ -3,25 +3,22 @@
 
 from __future__ import annotations
 
-from actors.metric_families.buckets import (
-    FLOW_QUEUE,
-    SCHEDULER,
-)
+from actors.metric_families.buckets import FLOW_QUEUE, SCHEDULER
 from actors.metric_families.family import (
-    _BY_NAME,
     COUNTER,
     FLOW_KEY,
     GAUGE,
     GIE_LLMD,
     HISTOGRAM,
     LLMD,
+    REGISTERED,
     Family,
-    _add,
-    _view,
+    add_families,
+    view,
 )
 
 # ---- flow control (serve_app/gateway/flow_gate.py; saturation and capacity when /metrics is read) -----------------
-_add(
+add_families(
     Family(
         "inference_extension_flow_control_request_queue_duration_seconds",
         HISTOGRAM,
@@ -103,22 +100,22 @@ _add(
         origin=LLMD,
     ),
 )
-_add(
+add_families(
     *(
-        _view(f"llm_d_epp_{base}", f"inference_extension_{base}", _BY_NAME[f"inference_extension_{base}"].help,
-              _BY_NAME[f"inference_extension_{base}"].labels, LLMD)
+        view(f"llm_d_epp_{base}", f"inference_extension_{base}", REGISTERED[f"inference_extension_{base}"].help,
+              REGISTERED[f"inference_extension_{base}"].labels, LLMD)
         for base in (
             "flow_control_request_queue_duration_seconds", "flow_control_dispatch_cycle_duration_seconds",
             "flow_control_request_enqueue_duration_seconds", "flow_control_queue_size", "flow_control_queue_bytes",
         )
     ),
-    _view(
+    view(
         "inference_extension_flow_control_pool_saturation", "llm_d_epp_flow_control_pool_saturation",
         "Pool saturation as flow control's detectors see it.", ("inference_pool", "stage"),
     ),
 )  # fmt: skip
 # program-aware-fairness's own gauges: the answering replica's policy, read when /metrics is read.
-_add(
+add_families(
     Family(
         "llm_d_epp_program_aware_jains_fairness_index",
         GAUGE,

@@ -17,20 +17,10 @@ from actors.metric_families.buckets import (
     RESPONSE_PROCESSING,
     TPOT,
 )
-from actors.metric_families.family import (
-    COUNTER,
-    GAUGE,
-    HISTOGRAM,
-    LLMD,
-    MODEL,
-    MODEL_FLOW,
-    Family,
-    _add,
-    _view,
-)
+from actors.metric_families.family import COUNTER, GAUGE, HISTOGRAM, LLMD, MODEL, MODEL_FLOW, Family, add_families, view
 
 # ---- per request, recorded by the gateway (serve_app/gateway/request_metrics.py) ---------------------------
-_add(
+add_families(
     Family("llm_d_epp_request_total", COUNTER, "Requests the gateway parsed.", MODEL_FLOW, origin=LLMD),
     Family(
         "llm_d_epp_request_error_total",
@@ -132,8 +122,8 @@ _add(
         LLMD,
     ),
 )
-_add(
-    _view(
+add_families(
+    view(
         "llm_d_epp_request_ttft_seconds",
         "ray_epp_request_ttft_seconds",
         "Time to first token: arrival to the first response chunk (a whole body: its arrival).",
@@ -141,7 +131,7 @@ _add(
         LLMD,
         buckets=LLMD_TTFT,
     ),
-    _view(
+    view(
         "llm_d_epp_request_streaming_tpot_seconds",
         "ray_epp_request_tpot_seconds",
         "Time per output token of a stream: (duration - TTFT) / (completion tokens - 1).",
@@ -149,56 +139,56 @@ _add(
         LLMD,
         buckets=LLMD_STREAMING_TPOT,
     ),
-    _view(
+    view(
         "inference_objective_request_total",
         "llm_d_epp_request_total",
         "Requests, per model and priority.",
         (*MODEL, "priority"),
     ),
-    _view(
+    view(
         "inference_objective_request_error_total",
         "llm_d_epp_request_error_total",
         "Request errors, per model and error code.",
         (*MODEL, "error_code"),
     ),
-    _view(
+    view(
         "inference_objective_request_duration_seconds",
         "llm_d_epp_request_duration_seconds",
         "Request latency, arrival to the response's end.",
         MODEL,
     ),
-    _view(
+    view(
         "inference_objective_request_ttft_seconds",
         "ray_epp_request_ttft_seconds",
         "Time to first token of streamed responses.",
         MODEL,
         where=(("streaming", "true"),),
     ),
-    _view(
+    view(
         "inference_objective_request_tpot_seconds",
         "ray_epp_request_tpot_seconds",
         "Time per output token of streamed responses.",
         MODEL,
     ),
-    _view("inference_objective_request_sizes", "llm_d_epp_request_size_bytes", "Request body size in bytes.", MODEL),
-    _view("inference_objective_response_sizes", "llm_d_epp_response_size_bytes", "Response body size in bytes.", MODEL),
-    _view("inference_objective_input_tokens", "llm_d_epp_request_input_tokens", "Prompt tokens per request.", MODEL),
-    _view(
+    view("inference_objective_request_sizes", "llm_d_epp_request_size_bytes", "Request body size in bytes.", MODEL),
+    view("inference_objective_response_sizes", "llm_d_epp_response_size_bytes", "Response body size in bytes.", MODEL),
+    view("inference_objective_input_tokens", "llm_d_epp_request_input_tokens", "Prompt tokens per request.", MODEL),
+    view(
         "inference_objective_output_tokens", "llm_d_epp_request_output_tokens", "Completion tokens per request.", MODEL
     ),
-    _view(
+    view(
         "inference_objective_prompt_cached_tokens",
         "llm_d_epp_request_cached_tokens",
         "Prompt tokens the model server read from its cache.",
         MODEL,
     ),
-    _view(
+    view(
         "inference_objective_running_requests",
         "llm_d_epp_request_running",
         "Requests whose response is being relayed now.",
         ("model_name",),
     ),
-    _view(
+    view(
         "inference_objective_normalized_time_per_output_token_seconds",
         "llm_d_epp_request_ntpot_seconds",
         "Request latency divided by its completion tokens.",

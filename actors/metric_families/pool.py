@@ -3,17 +3,10 @@
 
 from __future__ import annotations
 
-from actors.metric_families.family import (
-    GAUGE,
-    LLMD,
-    POOL,
-    Family,
-    _add,
-    _view,
-)
+from actors.metric_families.family import GAUGE, LLMD, POOL, Family, add_families, view
 
 # ---- the pool and the build, computed when /metrics is read (serve_app/gateway/metrics_page.py) ---------------
-_add(
+add_families(
     Family("llm_d_epp_info", GAUGE, "The build: commit and version (build_ref).", ("commit", "build_ref"), origin=LLMD),
     Family(
         "llm_d_epp_average_kv_cache_utilization", GAUGE, "Mean KV-cache use over the ready pods.", POOL, origin=LLMD
@@ -52,33 +45,33 @@ _add(
         origin=LLMD,
     ),
 )
-_add(
-    _view(
+add_families(
+    view(
         "inference_extension_info",
         "llm_d_epp_info",
         "The build: commit and version (build_ref).",
         ("commit", "build_ref"),
     ),
-    _view(
+    view(
         "inference_pool_average_kv_cache_utilization",
         "llm_d_epp_average_kv_cache_utilization",
         "Mean KV-cache use over the ready pods.",
         POOL,
     ),
-    _view(
+    view(
         "inference_pool_average_queue_size",
         "llm_d_epp_average_queue_size",
         "Mean waiting requests over the ready pods.",
         POOL,
     ),
-    _view(
+    view(
         "inference_pool_average_running_requests",
         "llm_d_epp_average_running_requests",
         "Mean running requests over the ready pods.",
         POOL,
     ),
-    _view("inference_pool_ready_pods", "llm_d_epp_ready_endpoints", "Pods the datastore serves.", POOL),
-    _view(
+    view("inference_pool_ready_pods", "llm_d_epp_ready_endpoints", "Pods the datastore serves.", POOL),
+    view(
         "inference_pool_per_pod_queue_size",
         "llm_d_epp_per_endpoint_queue_size",
         "Waiting requests per ready pod.",

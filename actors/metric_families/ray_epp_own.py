@@ -3,19 +3,11 @@
 
 from __future__ import annotations
 
-from actors.metric_families.buckets import (
-    ROUND_TRIP,
-)
-from actors.metric_families.family import (
-    COUNTER,
-    GAUGE,
-    HISTOGRAM,
-    Family,
-    _add,
-)
+from actors.metric_families.buckets import ROUND_TRIP
+from actors.metric_families.family import COUNTER, GAUGE, HISTOGRAM, Family, add_families
 
 # ---- Ray EPP's own ---------------------------------------------------------------------------------------
-_add(
+add_families(
     Family(
         "ray_epp_profile_actor_round_trip_seconds",
         HISTOGRAM,

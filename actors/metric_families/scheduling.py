@@ -3,25 +3,11 @@
 
 from __future__ import annotations
 
-from actors.metric_families.buckets import (
-    HIT_BYTES,
-    HIT_RATIO,
-    SCHEDULER,
-)
-from actors.metric_families.family import (
-    COUNTER,
-    GAUGE,
-    GIE_LLMD,
-    HISTOGRAM,
-    LLMD,
-    PLUGIN,
-    Family,
-    _add,
-    _view,
-)
+from actors.metric_families.buckets import HIT_BYTES, HIT_RATIO, SCHEDULER
+from actors.metric_families.family import COUNTER, GAUGE, GIE_LLMD, HISTOGRAM, LLMD, PLUGIN, Family, add_families, view
 
 # ---- scheduling ---------------------------------------------------------------------------------------
-_add(
+add_families(
     Family(
         "llm_d_epp_scheduler_e2e_duration_seconds",
         HISTOGRAM,
@@ -46,21 +32,21 @@ _add(
         GIE_LLMD,
     ),
 )
-_add(
-    _view(
+add_families(
+    view(
         "inference_extension_scheduler_e2e_duration_seconds",
         "llm_d_epp_scheduler_e2e_duration_seconds",
         "Scheduling latency (every cycle of a request).",
         (),
     ),
-    _view(
+    view(
         "inference_extension_scheduler_attempts_total",
         "llm_d_epp_scheduler_attempts_total",
         "Scheduling attempts, by outcome and primary target.",
         ("status", "target_model_name", "pod_name", "namespace", "port"),
         view_labels=("status", "target_model_name", "endpoint_name", "namespace", "port"),
     ),
-    _view(
+    view(
         "llm_d_epp_plugin_duration_seconds",
         "inference_extension_plugin_duration_seconds",
         "Plugin latency, per extension point and plugin.",
@@ -70,7 +56,7 @@ _add(
 )
 
 # ---- the prefix indexer (approx-prefix-cache-producer, in the profile actors) -----------------------------
-_add(
+add_families(
     Family("llm_d_epp_prefix_indexer_size", GAUGE, "Entries in the approximate prefix index.", PLUGIN, origin=LLMD),
     Family(
         "llm_d_epp_prefix_indexer_hit_ratio",
@@ -89,17 +75,17 @@ _add(
         LLMD,
     ),
 )
-_add(
-    _view(
+add_families(
+    view(
         "inference_extension_prefix_indexer_size", "llm_d_epp_prefix_indexer_size", "Entries in the prefix index.", ()
     ),
-    _view(
+    view(
         "inference_extension_prefix_indexer_hit_ratio",
         "llm_d_epp_prefix_indexer_hit_ratio",
         "Matched / total prompt blocks on the chosen endpoint.",
         (),
     ),
-    _view(
+    view(
         "inference_extension_prefix_indexer_hit_bytes",
         "llm_d_epp_prefix_indexer_hit_bytes",
         "Matched prompt length on the chosen endpoint, in bytes.",
