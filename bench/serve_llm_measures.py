@@ -11,9 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.serve_llm_timed_routers import (
-    choose_samples,
-)
+from bench.serve_llm_timed_routers import choose_samples
 
 # --- one run ---------------------------------------------------------------------------------------
 

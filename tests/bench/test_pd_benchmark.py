@@ -7,15 +7,7 @@ import math
 import pytest
 
 from bench.pd_benchmark import PREFIX_TOKENS, SHORT_SUFFIX, Setup, long_prompts, shared_prefix, sim_row
-from bench.pd_figures import (
-    DECODE_ONLY,
-    PD,
-    counts_delta,
-    decision_counts,
-    flow_throughput,
-    flow_window,
-    sim_markdown,
-)
+from bench.pd_figures import DECODE_ONLY, PD, counts_delta, decision_counts, flow_throughput, flow_window, sim_markdown
 from ray_epp.simulator import DEFAULT_MODEL, SimRequest
 from tests.bench.helpers import pods
 
