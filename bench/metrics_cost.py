@@ -53,7 +53,7 @@ def gateway_metrics(recorder: MetricsRecorder) -> GatewayMetrics:
 
 
 def one_request(m: GatewayMetrics, req: LLMRequest, result: SchedulingResult, chunks: int, size: int) -> None:
-    req.memo.clear()
+    req.derived.clear()
     m.received(req, size)
     m.scheduled(req, result, 0.0004)
     m.decided(req)

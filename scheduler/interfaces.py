@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from scheduler.cycle_state import CycleState
+from scheduler.data_keys import DataKey
 from scheduler.flowcontrol.types import FlowItem, FlowQueue
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult, ScoredEndpoint
 
@@ -69,10 +70,15 @@ def _a(type_name: str) -> str:
 
 
 class Plugin(ABC):  # noqa: B024 (the abstract methods are those of the roles a plugin declares)
-    """Base of all plugins. `name` is the instance name from config (defaults to the type)."""
+    """Base of all plugins. `name` is the instance name from config (defaults to the type).
+
+    `consumes` lists the data keys the plugin reads from the cycle state (llm-d's Consumes()); a
+    plugin whose keys depend on its parameters (the producer it names) sets it in `setup`. The
+    config build finds each key's producer and fails, naming the plugin and the key, when none."""
 
     type_name: ClassVar[str] = ""
     Parameters: ClassVar[type[Parameters]] = NoParameters
+    consumes: tuple[DataKey[Any], ...] = ()
 
     def __init__(self, name: str | None = None, params: Any = None, handle: PluginHandle | None = None) -> None:
         self.name = name or self.type_name
@@ -84,6 +90,20 @@ class Plugin(ABC):  # noqa: B024 (the abstract methods are those of the roles a 
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+
+class Producer(Plugin):
+    """Derives data from the request and the endpoints for the other plugins of a profile (llm-d's
+    DataProducer): the profile runs its producers, in the order their keys need, after its screeners
+    and before its filters, and each writes the keys it declares in `produces` (`cycle_state.put`),
+    usually its own name's (`KEY.of(self.name)`). Filters and scorers read the keys and never call
+    a producer. A producer may consume another's keys (it then runs after it)."""
+
+    produces: tuple[DataKey[Any], ...] = ()
+
+    @abstractmethod
+    def produce(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:
+        """Write this producer's keys for `endpoints` (the profile's pool before its filters)."""
 
 
 class Filter(Plugin):
@@ -365,7 +385,7 @@ def bind_plugin_metrics(plugins: Iterable[Plugin], metrics: PluginMetrics) -> in
 ROLES: tuple[type[Plugin], ...] = (
     Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
     ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink, UsageLimitPolicy, Screener,
-    Responder, ResponseUsage, DataPreparer,
+    Responder, ResponseUsage, DataPreparer, Producer,
 )  # fmt: skip
 
 

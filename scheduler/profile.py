@@ -1,4 +1,6 @@
-"""A scheduling profile: filters in order, weighted scorers, one picker (GIE's SchedulerProfile).
+"""A scheduling profile: producers, filters in order, weighted scorers, one picker (GIE's
+SchedulerProfile). The producers (in the order the config build resolved from their keys) write
+the data the filters and scorers read, once per run, before the filters.
 The config's screeners (llm-d's request-control Screeners, outside any profile) narrow the pool
 before each profile's filters: every profile sees the same screened pool, as in llm-d, where the
 director screens once before scheduling."""
@@ -10,7 +12,7 @@ from dataclasses import dataclass, field
 
 from scheduler.cycle_state import FILTER_FAILURE_KEY, CycleState
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.interfaces import Filter, Picker, PluginTimer, Scorer, Screener
+from scheduler.interfaces import Filter, Picker, PluginTimer, Producer, Scorer, Screener
 from scheduler.trace import ProfileTrace
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, ScoredEndpoint
 
@@ -30,11 +32,12 @@ class SchedulerProfile:
     scorers: list[WeightedScorer] = field(default_factory=list)
     picker: Picker | None = None
     screeners: list[Screener] = field(default_factory=list)
+    producers: list[Producer] = field(default_factory=list)
 
     def plugins(self) -> list:
         """Every plugin instance of the profile, in order, without repeats."""
         seen: dict[int, object] = {}
-        for p in [*self.filters, *(ws.scorer for ws in self.scorers), self.picker]:
+        for p in [*self.producers, *self.filters, *(ws.scorer for ws in self.scorers), self.picker]:
             if p is not None:
                 seen.setdefault(id(p), p)
         return list(seen.values())
@@ -56,6 +59,11 @@ class SchedulerProfile:
             start = time.perf_counter()
             kept = screener.screen(request, endpoints)
             endpoints = self._narrow(screener, "Screener", kept, endpoints, start, trace, timer)
+        for producer in self.producers:
+            start = time.perf_counter()
+            producer.produce(cycle_state, request, endpoints)
+            if timer is not None:
+                timer("Producer", producer, time.perf_counter() - start)
         candidates = self._filter(request, cycle_state, endpoints, trace, timer)
         if not candidates:
             err = cycle_state.read(FILTER_FAILURE_KEY)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from scheduler.data_keys import DataKey, RequestData
 from scheduler.errors import ErrorCode, SchedulingError
 from scheduler.input_coercion import (
     model_counts,
@@ -224,6 +225,8 @@ class Endpoint:
         return f"Endpoint({self.name})"
 
 
+PROMPT_TEXT: DataKey[str] = DataKey("prompt-text")  # LLMRequest.prompt_text(), once per request
+
 _CRITICALITY_PRIORITY = {"Critical": 1, "Standard": 0, "Sheddable": -1}
 
 
@@ -231,8 +234,9 @@ _CRITICALITY_PRIORITY = {"Critical": 1, "Standard": 0, "Sheddable": -1}
 class LLMRequest:
     """One inference request as the scheduler sees it.
 
-    `priority < 0` marks a sheddable request. `memo` caches values derived from the body (prompt
-    text, prefix block hashes) so each is computed once per request per process."""
+    `priority < 0` marks a sheddable request. `derived` holds values derived from the request
+    (prompt text, tokens, prefix block hashes, what a plugin learned of it) under typed keys, so
+    each is computed once per request per process; it never travels to another process."""
 
     request_id: str
     target_model: str
@@ -242,7 +246,7 @@ class LLMRequest:
     received_at: float = field(default_factory=time.monotonic)
     # Endpoints this request must not go to (e.g. one that just failed it, when retrying).
     excluded_endpoints: frozenset[str] = frozenset()
-    memo: dict[Any, Any] = field(default_factory=dict)
+    derived: RequestData = field(default_factory=RequestData, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if type(self.request_id) is not str:
@@ -259,15 +263,15 @@ class LLMRequest:
             self.received_at = real_number("LLMRequest.received_at", self.received_at, minimum=None)
         if type(self.excluded_endpoints) is not frozenset:
             self.excluded_endpoints = names("LLMRequest.excluded_endpoints", self.excluded_endpoints)
-        if type(self.memo) is not dict:
-            self.memo = plain_dict("LLMRequest.memo", self.memo)
+        if type(self.derived) is not RequestData:
+            raise TypeError(f"LLMRequest.derived must be a RequestData, got {type(self.derived).__name__}")
 
     @property
     def sheddable(self) -> bool:
         return self.priority < 0
 
     def without_body(self) -> LLMRequest:
-        """The request's identity (id, model, headers, priority) without its body or memo: what a
+        """The request's identity (id, model, headers, priority) without its body or derived data: what a
         response event needs, at a fraction of the bytes to send to another process."""
         return LLMRequest(
             self.request_id, self.target_model, {}, self.headers, self.priority, self.received_at,
@@ -281,10 +285,10 @@ class LLMRequest:
     def prompt_text(self) -> str:
         """The user input as GIE's prefix plugin reads it: the completion prompt, or the chat
         messages serialised as JSON."""
-        text = self.memo.get("prompt_text")
+        text = self.derived.get(PROMPT_TEXT)
         if text is None:
             text = prompt_text_of(self.body)
-            self.memo["prompt_text"] = text
+            self.derived.put(PROMPT_TEXT, text)
         return text
 
     def cache_salt(self) -> str:

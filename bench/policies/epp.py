@@ -52,7 +52,7 @@ from scheduler.interfaces import kv_event_sinks
 from scheduler.plugins.producers.precise_prefix import TOKEN_PRODUCER
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
 from scheduler.plugins.support.prefix.precise_index import LIVE
-from scheduler.plugins.support.tokenized import set_memo_tokens
+from scheduler.plugins.support.tokenized import set_request_tokens
 from scheduler.types import SchedulingResult
 
 # Virtual time + this is what the scheduler's clocks read: update_time 0 means "not tracked".
@@ -136,7 +136,7 @@ class SchedulerRouter:
             priority=request.priority,
         )
         if self.sim_tokens and isinstance(request.prompt, (str, list)):
-            set_memo_tokens(req, token_ids(request.prompt))
+            set_request_tokens(req, token_ids(request.prompt))
         if self.flow is not None:
             return self._enqueue(request, req, endpoints)
         if self.admission and req.sheddable and pool_saturated(self.detectors, endpoints):

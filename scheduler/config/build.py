@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from scheduler.config.data_flow import profile_producers
 from scheduler.config.models import EndpointPickerConfig
 from scheduler.errors import ConfigError
-from scheduler.interfaces import Filter, Picker, Plugin, PluginHandle, ProfileHandler, Scorer, Screener
+from scheduler.interfaces import Filter, Picker, Plugin, PluginHandle, Producer, ProfileHandler, Scorer, Screener
 from scheduler.profile import SchedulerProfile, WeightedScorer
 from scheduler.registry import plugin_class
 
@@ -65,15 +66,21 @@ def build_plugins(cfg: EndpointPickerConfig, only_profiles: list[str] | None = N
         if only_profiles is not None and spec.name not in only_profiles:
             continue
         profile = SchedulerProfile(spec.name, screeners=list(screeners))
+        listed: list[Producer] = []
         for ref in spec.plugins:
             plugin = built[ref.plugin_ref]
+            if isinstance(plugin, Producer):
+                listed.append(plugin)
             if isinstance(plugin, Filter):
                 profile.filters.append(plugin)
             if isinstance(plugin, Scorer):
                 profile.scorers.append(WeightedScorer(plugin, ref.weight if ref.weight is not None else 1.0))
             if isinstance(plugin, Picker):
                 profile.picker = plugin
+        profile.producers = profile_producers(spec.name, profile.plugins(), listed, built.values(), errors)
         profiles[spec.name] = profile
+    if errors:
+        raise ConfigError(errors)
 
     handler = next(p for p in built.values() if isinstance(p, ProfileHandler))
     problems = handler.validate_profiles([p.name for p in cfg.scheduling_profiles])

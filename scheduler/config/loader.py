@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from scheduler.config.build import build_plugins
+from scheduler.config.combined_prefix import expand_combined_prefix_scorers
 from scheduler.config.flow_control import (
     DEFAULT_FAIRNESS_POLICY,
     DEFAULT_ORDERING_POLICY,
@@ -33,6 +34,7 @@ from scheduler.interfaces import (
     OrderingPolicy,
     Picker,
     Plugin,
+    Producer,
     ProfileHandler,
     Scorer,
     UsageLimitPolicy,
@@ -46,7 +48,7 @@ DEFAULT_PROFILE = "default"
 DEFAULT_HANDLER = "single-profile-handler"
 DEFAULT_PICKER = "max-score-picker"
 DEFAULT_WEIGHT = 1.0
-PROFILE_ROLES = (Filter, Scorer, Picker)
+PROFILE_ROLES = (Filter, Scorer, Picker, Producer)
 
 
 def load_config_file(spec: str | Path) -> EndpointPickerConfig:
@@ -63,6 +65,7 @@ def load_config(source: str | dict[str, Any] | EndpointPickerConfig) -> Endpoint
     """A validated config with GIE's defaults applied; raises ConfigError listing every problem."""
     cfg = parse_config(source)
     errors: list[str] = []
+    expand_combined_prefix_scorers(cfg, errors)
     classes = plugin_classes(cfg, errors)
     check_sections(cfg, classes, errors)
     if errors:
@@ -192,8 +195,8 @@ def _check_profiles(cfg: EndpointPickerConfig, classes: dict[str, type[Plugin]],
                 continue
             if not issubclass(cls, PROFILE_ROLES):
                 errors.append(
-                    f"{at}: plugin {ref.plugin_ref!r} (type {cls.type_name}) is not a filter, scorer or picker "
-                    "and can not be used in a profile"
+                    f"{at}: plugin {ref.plugin_ref!r} (type {cls.type_name}) is not a producer, filter, scorer or "
+                    "picker and can not be used in a profile"
                 )
             if ref.weight is not None and not issubclass(cls, Scorer):
                 errors.append(

@@ -129,7 +129,7 @@ class RayProfileRunner:
         self._notify(request, ProfileEvent("withdraw", request.without_body()))
 
     def _notify(self, request: LLMRequest, event: ProfileEvent) -> None:
-        shard = self.shard_key.shard_of(request)  # memoised on the request: the deciding shard
+        shard = self.shard_key.shard_of(request)  # kept in the request's derived data: the deciding shard
         for batchers in self._batchers.values():
             batchers[shard].notify(event)
 

@@ -5,7 +5,7 @@ A request is recorded once, under llm-d's labels (model, target model, fairness 
 names are views of the same samples. The door calls, in order:
 
 * `received` once the request is parsed: request count and body size. Its `RequestMetrics` rides
-  in the request's memo (`KEY`), which never leaves this process: actors get the request without it.
+  in the request's derived data (`KEY`), which never leaves this process.
 * `decided` once it is routed (the first decision; a retry's does not restart it): request
   processing time, arrival to decision. `error` for a refusal or a failure (then also processing).
 * `scheduled` after every scheduling call: its latency, the attempt and its primary target, and a
@@ -30,10 +30,11 @@ from typing import Any
 
 from actors.metric_families import BUCKETS
 from scheduler import CycleState, LLMRequest, SchedulingResult
+from scheduler.data_keys import DataKey
 from scheduler.flowcontrol.types import DEFAULT_FAIRNESS_ID, FAIRNESS_ID_HEADER
 from scheduler.plugins.handlers.disagg import DISAGG_DECISION_KEY
 
-KEY = "gateway/request-metrics"  # LLMRequest.memo key of the request's RequestMetrics
+KEY: DataKey[RequestMetrics] = DataKey("gateway/request-metrics")  # in LLMRequest.derived
 MAX_FAIRNESS_LABELS = 32
 OTHER = "other"
 UNKNOWN = ("unknown", "unknown", "", "")  # a request refused before it was parsed
@@ -123,13 +124,13 @@ class GatewayMetrics:
     # ---- the request ------------------------------------------------------------------------
     def received(self, request: LLMRequest, size: int, started: float | None = None) -> RequestMetrics:
         rec = RequestMetrics(self.labels(request), time.perf_counter() if started is None else started)
-        request.memo[KEY] = rec
+        request.derived.put(KEY, rec)
         self.recorder.inc(REQUESTS, rec.labels)
         self.recorder.observe(REQUEST_SIZE, size, rec.labels)
         return rec
 
     def decided(self, request: LLMRequest) -> None:
-        rec = request.memo.get(KEY)
+        rec = request.derived.get(KEY)
         if rec is not None and not rec.decided:
             rec.decided = time.perf_counter()
             self.recorder.observe(REQUEST_PROCESSING, rec.decided - rec.started)
@@ -137,7 +138,7 @@ class GatewayMetrics:
     def error(self, request: LLMRequest | None, code: str) -> None:
         """The request ended in an error: a refusal at the door or in the queue, no endpoint, an
         upstream failure, or the model server's own error status (`code` its number)."""
-        rec = None if request is None else request.memo.get(KEY)
+        rec = None if request is None else request.derived.get(KEY)
         if rec is not None:
             labels = rec.labels
             if not rec.decided:  # refused before a decision: that was its processing
@@ -178,10 +179,10 @@ class GatewayMetrics:
     # ---- the response -----------------------------------------------------------------------
     def response_started(self, request: LLMRequest, streaming: bool, started: float) -> RequestMetrics:
         """Its response's headers came (`started`: when the request reached the door)."""
-        rec = request.memo.get(KEY)
+        rec = request.derived.get(KEY)
         if rec is None:  # a door that did not count it on arrival
             rec = RequestMetrics(self.labels(request), started)
-            request.memo[KEY] = rec
+            request.derived.put(KEY, rec)
         rec.streaming = streaming
         rec.opened = time.perf_counter()
         if not rec.running:

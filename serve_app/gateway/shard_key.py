@@ -8,7 +8,7 @@ share cached blocks only if they share the first block: keying by the hash of th
 index's block size (16 tokens by default, 64 with llm-d's approx producer). When the configured
 session header is present, its value is the key instead (all of a session on one shard).
 
-The shard is computed once per request and memoised on it, so a request's later rounds and its
+The shard is computed once per request and kept in its derived data, so a request's later rounds and its
 events (decision, first token, completion) reach the shard that made the decision."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from __future__ import annotations
 import xxhash
 
 from scheduler import LLMRequest
+from scheduler.data_keys import DataKey
 from scheduler.plugins.support.prefix.hashing import AVERAGE_CHARS_PER_TOKEN, DEFAULT_BLOCK_SIZE_TOKENS, hash_prompt
 
-_MEMO_KEY = "profile-shard"
+PROFILE_SHARD: DataKey[int] = DataKey("profile-shard")
 
 
 class ShardKey:
@@ -32,10 +33,10 @@ class ShardKey:
     def shard_of(self, request: LLMRequest) -> int:
         if self.shards == 1:
             return 0
-        shard = request.memo.get(_MEMO_KEY)
+        shard = request.derived.get(PROFILE_SHARD)
         if shard is None:
             shard = self.key(request) % self.shards
-            request.memo[_MEMO_KEY] = shard
+            request.derived.put(PROFILE_SHARD, shard)
         return shard
 
     def key(self, request: LLMRequest) -> int:

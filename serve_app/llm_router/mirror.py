@@ -112,9 +112,7 @@ class RouterMirror:
         endpoints: list[Endpoint] | None,
         trace: SchedulingTrace | None,
     ) -> dict[str, ProfileRunResult | None]:
-        return {
-            n: run_profile(self.followers[n].profile, request, cycle_state, endpoints or [], trace) for n in names
-        }
+        return {n: run_profile(self.followers[n].profile, request, cycle_state, endpoints or [], trace) for n in names}
 
     # --- learning: at once here, then in the actors ------------------------------------------------
 
@@ -130,8 +128,8 @@ class RouterMirror:
         self._learn(request, ProfileEvent("response_complete", bare, endpoint_name=endpoint_name, at=time.time()))
 
     def _learn(self, request: LLMRequest, event: ProfileEvent) -> None:
-        """`request` (what this router scored, its memo included) teaches the first profile; the
-        queued event carries a fresh copy: a plugin marks in a request's memo that it learned it,
+        """`request` (what this router scored, its derived data included) teaches the first profile; the
+        queued event carries a fresh copy: a plugin marks in a request's derived data that it learned it,
         and the actors and the other routers must learn it too."""
         for i, follower in enumerate(self.followers.values()):
             _apply(follower.hooks, event, request if i == 0 else None)
@@ -197,7 +195,7 @@ class RouterMirror:
             log.info("EPPRequestRouter: profile %s mirror rebuilt from epoch %s", follower.name, page.epoch)
         now = time.time()
         for event in page.events:
-            _apply(follower.hooks, event)  # a copy: the actor's own learning marked the memo it sent
+            _apply(follower.hooks, event)  # a copy: the actor's own learning marked the data of the one it sent
             if event.at and not page.reset:
                 self.counters.lag_s.append(now - event.at)
         if page.reset:  # what this router learned while the page was on its way: not in the log yet
@@ -220,7 +218,7 @@ class RouterMirror:
 
 def _apply(hooks: RequestHooks, event: ProfileEvent, request: LLMRequest | None = None) -> None:
     """What ProfileActor._apply does with an event, on a mirror's plugins; on `request`, else on a
-    copy of the event's (one per profile, as each actor has its own: the memo marks what a plugin
+    copy of the event's (one per profile, as each actor has its own: the derived data marks what a plugin
     learned, and a plugin of the same name in another profile must learn it as well)."""
     if request is None:
         request = for_scheduling(event.request) if event.kind == "pre_request" else event.request.without_body()

@@ -99,7 +99,7 @@ BAD = [
     (
         "plugins:\n- type: queue-scorer\n- type: single-profile-handler\nschedulingProfiles:\n"
         "- name: x\n  plugins: [{pluginRef: single-profile-handler}]\n",
-        ["plugin 'single-profile-handler' (type single-profile-handler) is not a filter, scorer or picker"],
+        ["plugin 'single-profile-handler' (type single-profile-handler) is not a producer, filter, scorer or picker"],
     ),
     (
         "plugins:\n- type: max-score-picker\n- type: random-picker\nschedulingProfiles:\n"

@@ -15,6 +15,7 @@ import logging
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
+from scheduler.data_keys import DataKey
 from scheduler.interfaces import Parameters, PDDecider, PluginHandle
 from scheduler.plugins.support.prefix import AVERAGE_CHARS_PER_TOKEN, PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.registry import register
@@ -22,7 +23,7 @@ from scheduler.types import Endpoint, LLMRequest
 
 log = logging.getLogger(__name__)
 
-_INPUT_TOKENS_MEMO = "pd-decider/input-tokens"
+INPUT_TOKENS: DataKey[int] = DataKey("pd-decider/input-tokens")
 
 
 class PrefixBasedPDDeciderParameters(Parameters):
@@ -31,11 +32,11 @@ class PrefixBasedPDDeciderParameters(Parameters):
 
 
 def input_tokens(request: LLMRequest) -> int:
-    """llm-d's estimate of the prompt's length in tokens: its bytes / 4 (memoised on the request)."""
-    tokens = request.memo.get(_INPUT_TOKENS_MEMO)
+    """llm-d's estimate of the prompt's length in tokens: its bytes / 4 (once per request)."""
+    tokens = request.derived.get(INPUT_TOKENS)
     if tokens is None:
         tokens = len(request.prompt_text().encode()) // AVERAGE_CHARS_PER_TOKEN
-        request.memo[_INPUT_TOKENS_MEMO] = tokens
+        request.derived.put(INPUT_TOKENS, tokens)
     return tokens
 
 

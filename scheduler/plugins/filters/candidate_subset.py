@@ -30,10 +30,11 @@ from operator import attrgetter
 from pydantic import Field, model_validator
 
 from scheduler.cycle_state import CycleState
+from scheduler.data_keys import DataKey
 from scheduler.interfaces import Filter, Parameters, PluginHandle
-from scheduler.plugins.producers.approx_prefix import ApproxPrefixCacheProducer
-from scheduler.plugins.scorers.no_hit_lru import find_prefix_producer
+from scheduler.plugins.scorers.no_hit_lru import find_prefix_match_key
 from scheduler.plugins.support.cycle_rng import cycle_rng, salt
+from scheduler.plugins.support.prefix import PrefixCacheMatchInfo
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 
@@ -65,9 +66,10 @@ class CandidateSubsetFilter(Filter):
 
     def setup(self, handle: PluginHandle) -> None:
         p = self.params
-        self.producer: ApproxPrefixCacheProducer | None = None
+        self.match_key: DataKey[dict[str, PrefixCacheMatchInfo]] | None = None
         if p.max_prefix_holders > 0:
-            self.producer = find_prefix_producer(handle, p.prefix_match_info_producer_name)
+            self.match_key = find_prefix_match_key(handle, p.prefix_match_info_producer_name)
+            self.consumes = (self.match_key,)
         self.rng = random.Random()
         self.rng_salt = salt(self.rng)
 
@@ -76,8 +78,9 @@ class CandidateSubsetFilter(Filter):
         if len(endpoints) <= p.max_candidates:
             return endpoints
         chosen: dict[str, Endpoint] = {}
-        if self.producer is not None:
-            counts = self.producer.holders(cycle_state, request, endpoints)
+        if self.match_key is not None:
+            infos = cycle_state.get(self.match_key, {})
+            counts = {ep.name: i.match_blocks for ep in endpoints if (i := infos.get(ep.name)) and i.match_blocks}
             if counts:
                 ranked = heapq.nlargest(p.max_prefix_holders, zip(counts.values(), counts, strict=True))
                 keep = {name for _, name in ranked}

@@ -24,7 +24,7 @@ by more than `maxTTFTPenaltyMs`; then every endpoint stays and the scorers after
 
 The match comes from `prefixMatchInfoProducerName` (else the prefix-cache-scorer's producer, else
 the plugin called `approx-prefix-cache-producer`), found as `no-hit-lru-scorer` finds it; the
-producer's match is memoized per cycle, so the scorers after this filter read the same one, and
+producer's match is written once per cycle, before the filters, so the scorers after this filter read the same one, and
 this filter tells it every decision (as prefix-cache-scorer does; it learns each request once).
 `prefillCalibrationFile` (a calibration record) is refused: set `peakPrefillThroughput`.
 
@@ -53,7 +53,7 @@ from scheduler.interfaces import (
 from scheduler.plugins.filters.utilization_filter import Condition, within
 from scheduler.plugins.producers.inflight_load import inflight_load_for
 from scheduler.plugins.producers.predicted_latency import PredictedLatencyProducer
-from scheduler.plugins.scorers.no_hit_lru import find_prefix_producer
+from scheduler.plugins.scorers.no_hit_lru import find_prefix_match_key
 from scheduler.plugins.support.inflight_load import InFlightLoad
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
@@ -120,7 +120,8 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
 
     def setup(self, handle: PluginHandle) -> None:
         p = self.params
-        self.producer = find_prefix_producer(handle, p.prefix_match_info_producer_name)
+        self.match_key = find_prefix_match_key(handle, p.prefix_match_info_producer_name)
+        self.consumes = (self.match_key,)
         self.rng = random.Random()
         self.decisions = dict.fromkeys(OUTCOMES, 0)
         self.load: InFlightLoad | None = None
@@ -139,7 +140,7 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
             return self._decided(NOT_APPLICABLE, endpoints)
         if p.exploration_probability > 0 and self.rng.random() < p.exploration_probability:
             return self._decided(EXPLORATION, endpoints)
-        infos = self.producer.produce(cycle_state, request, endpoints)
+        infos = cycle_state.get(self.match_key, {})
         sticky, rest = [], []
         for ep in endpoints:
             info = infos.get(ep.name)
@@ -188,10 +189,9 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
         self.decisions[outcome] += 1
         return endpoints
 
-    # -- the lifecycle: the producer learns the decision; the gate's signal follows the request -----
+    # -- the lifecycle: the gate's signal follows the request (the producer learns on its own) -----
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
-        self.producer.learn(request, result)  # once per request, however many plugins read it
         if self.load is not None:
             self.load.add(request, result)
         elif self.predictor is not None:

@@ -2,16 +2,18 @@
 KV cache, from an index of what each server was sent before (llm-d's approximate prefix producer,
 pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix).
 
-It produces a PrefixCacheMatchInfo per endpoint (attribute PREFIX_MATCH_KEY) that
-`prefix-cache-scorer` reads when its `prefixMatchInfoProducerName` names this plugin, and the P/D
-decider reads from the decode target. Once a request is scheduled, the index learns that the primary
-target, and the `prefill` profile's target in P/D, now hold its blocks; the consuming scorer relays
-that decision (`learn`), once per request however many scorers read this producer.
+A Producer: before the profile's filters it writes a PrefixCacheMatchInfo per endpoint under its
+PREFIX_MATCH_INFO key, which `prefix-cache-scorer` (and the other prefix-aware plugins) read when
+their `prefixMatchInfoProducerName` names this plugin, and attaches each to its endpoint
+(PREFIX_MATCH_KEY), which the P/D decider reads from the decode target. It is also a PreRequest
+hook: once a request is scheduled, the index learns that the primary target, and the `prefill`
+profile's target in P/D, now hold its blocks (once per request).
 
 As in llm-d, a block is at least 64 tokens (a smaller `blockSizeTokens`, or an engine's smaller
 reported block size under autoTune, is raised to 64), and by default at most 131072 prompt tokens are
-matched. The scorer's older combined form (GIE's prefix plugin) uses this same class built privately
-with GIE's geometry: no 64-token floor, 256 blocks.
+matched. The scorer's older combined form (GIE's prefix plugin) is expanded by the config loader into
+a `gie-prefix-cache-producer` (scheduler/plugins/producers/gie_prefix.py): this class with GIE's
+geometry, no 64-token floor, 256 blocks.
 
 Bound to a recorder (`bind_metrics`: in a profile actor), it exports llm-d's prefix-indexer
 families: the index's size (entries over every server's LRU), and per scheduled request the
@@ -31,8 +33,10 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Parameters, Plugin, PluginHandle, PluginMetrics
+from scheduler.data_keys import DataKey
+from scheduler.interfaces import Parameters, PluginHandle, PluginMetrics, PreRequest, Producer
 from scheduler.plugins.support.prefix import (
+    PREFIX_MATCH_INFO,
     PREFIX_MATCH_KEY,
     PrefixCacheMatchInfo,
     PrefixIndex,
@@ -87,7 +91,7 @@ class ApproxPrefixCacheParameters(Parameters):
 
 
 @register
-class ApproxPrefixCacheProducer(Plugin):
+class ApproxPrefixCacheProducer(Producer, PreRequest):
     type_name = "approx-prefix-cache-producer"
     Parameters = ApproxPrefixCacheParameters
     # llm-d's prefix_indexer families are this producer's; the precise one (a subclass) has none.
@@ -125,15 +129,21 @@ class ApproxPrefixCacheProducer(Plugin):
         self.inactive_check_seconds = INACTIVE_SERVER_CHECK_SECONDS
         self.next_check = time.monotonic() + self.inactive_check_seconds
         self.unseen: set[str] = set()  # indexed servers not yet seen in this check interval
-        # Per request, in request.memo: the (block size, max blocks) it was matched with, for learn().
-        self.state_key = (self.type_name, self.name)
-        self._learned_key = (self.type_name, self.name, "learned")
-        self._match_key = f"{self.type_name}/{self.name}/match"
+        self.produces = (PREFIX_MATCH_INFO.of(self.name),)
+        # Per request, in its derived data: the (block size, max blocks) it was matched with, for learn().
+        self.state_key: DataKey[tuple[int, int]] = DataKey(f"{self.type_name}/geometry", self.name)
+        self._learned_key: DataKey[bool] = DataKey(f"{self.type_name}/learned", self.name)
+        # Per cycle: (block size, max blocks, matched blocks per holder), one index match per cycle.
+        self._match_key: DataKey[tuple[int, int, dict[str, int]]] = DataKey(f"{self.type_name}/match", self.name)
         self._metrics: PluginMetrics | None = None
-        self._metric_labels = (self.name, self.type_name)
+        self._metric_labels = self.metric_labels()
         self._matches: OrderedDict[str, dict[str, PrefixCacheMatchInfo]] = OrderedDict()
 
     # -- metrics -------------------------------------------------------------------------------
+
+    def metric_labels(self) -> tuple[str, str]:
+        """(plugin name, type) of the prefix-indexer families."""
+        return (self.name, self.type_name)
 
     def bind_metrics(self, metrics: PluginMetrics) -> None:
         if not self.exports_indexer_metrics or self._metrics is metrics:
@@ -188,7 +198,10 @@ class ApproxPrefixCacheProducer(Plugin):
 
     # -- producing -----------------------------------------------------------------------------
 
-    def produce(
+    def produce(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:
+        cycle_state.put(self.produces[0], self.match_infos(cycle_state, request, endpoints))
+
+    def match_infos(
         self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
     ) -> dict[str, PrefixCacheMatchInfo]:
         """A PrefixCacheMatchInfo per endpoint name, also set as the PREFIX_MATCH_KEY attribute."""
@@ -205,14 +218,6 @@ class ApproxPrefixCacheProducer(Plugin):
             self._remember_match(request.request_id, infos)
         return infos
 
-    def holders(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[str, int]:
-        """Matched blocks per endpoint that holds any of the prompt's prefix (the same match as
-        `produce`, memoised alike), without a match record per endpoint: for plugins that bound the
-        pool before the scorers (`candidate-subset-filter`), at the cost of the holders alone."""
-        if not endpoints:
-            return {}
-        return self._match(cycle_state, request, endpoints, map(_name, endpoints))[0]
-
     def _match(
         self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint], names: Iterable[str]
     ) -> tuple[dict[str, int], int, int]:
@@ -221,24 +226,27 @@ class ApproxPrefixCacheProducer(Plugin):
         self._track_servers(names)
         block_size, max_blocks = self.geometry(endpoints)
         hashes = prefix_block_hashes(request, block_size, max_blocks)
-        request.memo[self.state_key] = (block_size, max_blocks)
-        memo = cycle_state.read(self._match_key)
-        if memo is not None and memo[0] == block_size and memo[1] == max_blocks:
-            counts = memo[2]
+        request.derived.put(self.state_key, (block_size, max_blocks))
+        matched = cycle_state.get(self._match_key)
+        if matched is not None and matched[0] == block_size and matched[1] == max_blocks:
+            counts = matched[2]
         else:
             counts = self.index.match(hashes) if hashes else {}
-            cycle_state.write(self._match_key, (block_size, max_blocks, counts))
+            cycle_state.put(self._match_key, (block_size, max_blocks, counts))
         return counts, len(hashes), block_size
 
     # -- learning the decision -----------------------------------------------------------------
 
+    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
+        self.learn(request, result)
+
     def learn(self, request: LLMRequest, result: SchedulingResult) -> None:
         """The primary target, and the prefill target in P/D, now hold the prompt's blocks (once
         per request)."""
-        if request.memo.get(self._learned_key):
+        if request.derived.get(self._learned_key):
             return
-        request.memo[self._learned_key] = True
-        state = request.memo.pop(self.state_key, None)
+        request.derived.put(self._learned_key, True)
+        state = request.derived.pop(self.state_key)
         targets = learned_targets(result)
         if not targets:
             return

@@ -13,10 +13,11 @@ affinity, as llm-d's Director does with a failed producer.
 
 The window is a DataPreparer: it runs where requests arrive (each gateway replica batches its own
 arrivals; `Scheduler.aschedule` in process), and the assignment travels in the cycle state to the
-profile that scores. Prompts are hashed from the `token-producer`'s token ids in blocks of
-`blockSizeTokens`, as llm-d does; when the tokens can not be had (no token producer, or its server
-is unreachable), from the prompt text with the approximate producer's 4-characters-a-token blocks,
-which co-locates identical prompts just the same."""
+profile, where this plugin, as a Producer, turns it into the match info its scorer reads. Prompts
+are hashed from the `token-producer`'s token ids in blocks of `blockSizeTokens`, as llm-d does;
+when the tokens can not be had (no token producer, or its server is unreachable), from the prompt
+text with the approximate producer's 4-characters-a-token blocks, which co-locates identical
+prompts just the same."""
 
 from __future__ import annotations
 
@@ -27,14 +28,20 @@ import xxhash
 from pydantic import Field, field_validator, model_validator
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import DataPreparer, Parameters, PluginHandle
+from scheduler.data_keys import DataKey
+from scheduler.interfaces import DataPreparer, Parameters, PluginHandle, Producer
 from scheduler.plugins.producers.token_producer import TokenProducer
 from scheduler.plugins.support.burst_assign import UNLIMITED, BurstEntry, assign
-from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo, prefix_block_hashes
+from scheduler.plugins.support.prefix import (
+    PREFIX_MATCH_INFO,
+    PREFIX_MATCH_KEY,
+    PrefixCacheMatchInfo,
+    prefix_block_hashes,
+)
 from scheduler.plugins.support.prefix.hashing import chain_hashes
 from scheduler.plugins.support.prefix.precise_index import TOKEN_BYTES, token_bytes
 from scheduler.registry import register
-from scheduler.types import Endpoint, LLMRequest, SchedulingResult
+from scheduler.types import Endpoint, LLMRequest
 
 DEFAULT_MAX_PREFIX_BLOCKS = 2048  # llm-d's cap on the blocks that form a group key
 MAX_WINDOW_MS = 10000  # every request waits up to the window: a larger one is a config error
@@ -79,7 +86,7 @@ class _Window:
 
 
 @register
-class BurstPrefixCacheProducer(DataPreparer):
+class BurstPrefixCacheProducer(DataPreparer, Producer):
     type_name = "burst-prefix-cache-producer"
     Parameters = BurstPrefixParameters
 
@@ -99,7 +106,8 @@ class BurstPrefixCacheProducer(DataPreparer):
             self.token_source = handle.plugin_of_type(TokenProducer.type_name, TokenProducer, "the token producer")
         self._window: _Window | None = None
         self._tokenizing = asyncio.Lock()
-        self._key = f"{self.type_name}/{self.name}/assigned"
+        self._key: DataKey[tuple[str | None, int]] = DataKey(f"{self.type_name}/assigned", self.name)
+        self.produces = (PREFIX_MATCH_INFO.of(self.name),)
         self.sealed_windows = 0
         self.full_rejections = 0
 
@@ -135,7 +143,7 @@ class BurstPrefixCacheProducer(DataPreparer):
             raise RuntimeError(f"burst prefix batch full: maxBatchSize {self.max_batch_size} reached")
         window.entries.append(entry)
         await window.sealed.wait()  # a client that leaves cancels this wait; its entry stays placed
-        cycle_state.write(self._key, (entry.assigned, len(entry.hashes)))
+        cycle_state.put(self._key, (entry.assigned, len(entry.hashes)))
 
     def _seal(self, window: _Window) -> None:
         if self._window is window:
@@ -146,23 +154,19 @@ class BurstPrefixCacheProducer(DataPreparer):
 
     # -- what the prefix-cache scorer reads ------------------------------------------------------
 
-    def produce(
-        self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
-    ) -> dict[str, PrefixCacheMatchInfo]:
+    def produce(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:
         """A full match on the assigned replica, zero elsewhere (also the PREFIX_MATCH_KEY attribute).
-        An endpoint set that changed since the window (the replica is gone) gives zero everywhere."""
-        assigned, total = cycle_state.read(self._key) or (None, 0)
+        An endpoint set that changed since the window (the replica is gone) gives zero everywhere.
+        Nothing to learn afterwards: a window's assignment is all its state (cross-window reuse is
+        the approximate or precise producer's, which can run beside this one)."""
+        assigned, total = cycle_state.get(self._key) or (None, 0)
         size = self.block_size_tokens
         infos = {ep.name: PrefixCacheMatchInfo(total if ep.name == assigned else 0, total, size) for ep in endpoints}
         cycle_state.set_endpoint_attributes(PREFIX_MATCH_KEY, infos)
-        return infos
+        cycle_state.put(self.produces[0], infos)
 
     def geometry(self, endpoints: list[Endpoint]) -> tuple[int, int]:
         return self.block_size_tokens, self.max_blocks
-
-    def learn(self, request: LLMRequest, result: SchedulingResult) -> None:
-        """Nothing to learn: a window's assignment is all its state (cross-window reuse is the
-        approximate or precise producer's, which can run beside this one)."""
 
 
 def _seed(request: LLMRequest) -> int:

@@ -11,7 +11,7 @@ PrefixCacheMatchInfo per endpoint, read by `prefix-cache-scorer` through
 messages lost and not replayed, `silent`: nothing for too long) is scored as the approximate index
 would score it: this producer is an approximate producer too (llm-d's defaults, learning from
 decisions), and the precise figure replaces the approximate one only for live endpoints. A request
-without tokens (no token producer and none given in its memo, or the tokenizer failed) is scored
+without tokens (no token producer and none in its derived data, or the tokenizer failed) is scored
 approximately throughout.
 
 It is a KVEventSink: the runtime subscribes to each pod's events (port `kvEventsConfig.
@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from scheduler.cycle_state import CycleState
+from scheduler.data_keys import DataKey
 from scheduler.duration import parse_duration
 from scheduler.interfaces import KVEventSink, Parameters, PluginHandle
 from scheduler.plugins.producers.approx_prefix import (
@@ -38,7 +39,7 @@ from scheduler.plugins.producers.token_producer import TokenProducer
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.plugins.support.prefix.precise_index import LIVE, PreciseIndex
 from scheduler.plugins.support.prefix.speculative_entries import SpeculativeEntries
-from scheduler.plugins.support.tokenized import TokenSource, memo_token_run, memo_tokens
+from scheduler.plugins.support.tokenized import TokenSource, request_token_run, request_tokens
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 
@@ -199,7 +200,7 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         self.clock = time.monotonic  # replaceable (tests, the simulation's virtual clock)
         # Speculative indexing: the keys of requests scored here, until their decision is learned.
         self._pending_keys: OrderedDict[str, list[int]] = OrderedDict()
-        self._speculated_key = (self.name, "speculated")  # once per request, as learning is
+        self._speculated_key: DataKey[bool] = DataKey(f"{self.type_name}/speculated", self.name)  # once per request
         self.speculated = {"requests": 0, "without_keys": 0}
         if p.speculative_indexing:
             self.precise.speculative = SpeculativeEntries(p.speculative_ttl_s)
@@ -220,11 +221,11 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
 
     # -- producing -----------------------------------------------------------------------------
 
-    def produce(
+    def match_infos(
         self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
     ) -> dict[str, PrefixCacheMatchInfo]:
         """The approximate infos, with the precise figure for every endpoint whose events are live."""
-        infos = super().produce(cycle_state, request, endpoints)
+        infos = super().match_infos(cycle_state, request, endpoints)
         index = self.precise
         live = [ep for ep in endpoints if index.status(ep.name) == LIVE]
         scored = self.scored
@@ -234,14 +235,14 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
                 index.set_capacity(ep.name, ep.metrics.cache_num_blocks)
         if not live:
             return infos
-        tokens = self.token_source.tokens(request) if self.token_source is not None else memo_tokens(request)
+        tokens = self.token_source.tokens(request) if self.token_source is not None else request_tokens(request)
         if tokens is None:
             return infos
         if index.speculative is None:
-            counts, total = index.lookup(tokens, self.max_precise_blocks, memo_token_run(request))
+            counts, total = index.lookup(tokens, self.max_precise_blocks, request_token_run(request))
         else:  # every prompt's keys are needed: a cold one is predicted where it is sent
             index.speculative.expire(self.clock())
-            keys = index.keys(tokens, self.max_precise_blocks, memo_token_run(request))
+            keys = index.keys(tokens, self.max_precise_blocks, request_token_run(request))
             counts, total = index.match(keys), len(keys)
             self._keep_keys(request.request_id, keys)
         size = index.block_size
@@ -259,16 +260,16 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         is also predicted to hold the prompt's precise blocks for `speculativeTTL`."""
         super().learn(request, result)
         speculative = self.precise.speculative
-        if speculative is None or request.memo.get(self._speculated_key):
+        if speculative is None or request.derived.get(self._speculated_key):
             return
-        request.memo[self._speculated_key] = True
+        request.derived.put(self._speculated_key, True)
         keys = self._pending_keys.pop(request.request_id, None)
         if keys is None:  # not scored here (another process did) or no live pod then: from its tokens
-            tokens = memo_tokens(request)
+            tokens = request_tokens(request)
             if tokens is None:
                 self.speculated["without_keys"] += 1
                 return
-            keys = self.precise.keys(tokens, self.max_precise_blocks, memo_token_run(request))
+            keys = self.precise.keys(tokens, self.max_precise_blocks, request_token_run(request))
         now = self.clock()
         for ep in learned_targets(result):
             if self.precise.status(ep.name) == LIVE:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
+from scheduler.data_keys import DataKey
 from scheduler.interfaces import (
     Filter,
     Parameters,
@@ -149,10 +150,10 @@ class PredictedLatencyProducer(Filter):
     # -- learning (relayed by the consumers, once per event) ---------------------------------------
 
     def _first_time(self, request: LLMRequest, event: str) -> bool:
-        key = self._hook_key + event
-        if request.memo.get(key):
+        key: DataKey[bool] = DataKey(self._hook_key + event)
+        if request.derived.get(key):
             return False
-        request.memo[key] = True
+        request.derived.put(key, True)
         return True
 
     def learn_decision(self, request: LLMRequest, result: SchedulingResult) -> None:

@@ -9,7 +9,7 @@ load-time error saying so. Chat requests are rendered with the chat template of 
 `tokenizer_config.json` next to the file.
 
 Tokenizations are cached per prefix (scheduler.plugins.support.token_cache): a hot prefix is
-tokenized once, then only each request's rest is. The tokens are memoised on the request, with
+tokenized once, then only each request's rest is. The tokens are kept in the request's derived data, with
 the cache's run they came from (where the precise index keeps a hot prefix's block keys). A failed
 tokenization is logged, counted and answered None: the consumers then score approximately (the
 request is never failed for it, as llm-d's Director logs and continues)."""
@@ -25,7 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from scheduler.duration import parse_duration
 from scheduler.interfaces import Parameters, Plugin, PluginHandle
 from scheduler.plugins.support.token_cache import DEFAULT_CAPACITY, DEFAULT_CHUNK_CHARS, PrefixTokenCache, TokenRun
-from scheduler.plugins.support.tokenized import memo_tokens, set_memo_tokens
+from scheduler.plugins.support.tokenized import request_tokens, set_request_tokens
 from scheduler.plugins.support.tokenizer_backends import (
     LocalTokenizer,
     TokenizerError,
@@ -109,8 +109,8 @@ class TokenProducer(Plugin):
         return found
 
     def tokens(self, request: LLMRequest) -> list[int] | None:
-        """The request's prompt tokens (memoised on the request), or None if they can not be had."""
-        tokens = memo_tokens(request)
+        """The request's prompt tokens (kept in its derived data), or None if they can not be had."""
+        tokens = request_tokens(request)
         if tokens is not None:
             return tokens
         try:
@@ -122,7 +122,7 @@ class TokenProducer(Plugin):
         if run is None:
             return None
         tokens, kept = (run, None) if isinstance(run, list) else (run.ids, run)
-        set_memo_tokens(request, tokens, kept)
+        set_request_tokens(request, tokens, kept)
         return tokens
 
     def _tokenize(self, body: dict[str, Any]) -> TokenRun | list[int] | None:

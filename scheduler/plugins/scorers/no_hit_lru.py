@@ -14,7 +14,8 @@ The producer: `prefixMatchInfoProducerName` (an approx-prefix-cache-producer); e
 the prefix-cache-scorer called `prefixPluginName` (default `prefix-cache-scorer`, of type
 `prefixPluginType`), which also covers GIE's combined form; else the plugin called
 `approx-prefix-cache-producer`. llm-d requires the data, so a config with none is a load-time error.
-The producer's match is memoized per cycle, so where this scorer sits in the profile does not matter.
+It reads the match the producer wrote for this cycle (a consumer of its key), so where this scorer
+sits in the profile does not matter.
 State is per plugin instance: in the Ray path, per profile actor, each told every decision."""
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from collections import OrderedDict
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
+from scheduler.data_keys import DataKey
 from scheduler.interfaces import Parameters, PluginHandle, PreRequest, Scorer, ScorerCategory
-from scheduler.plugins.producers.approx_prefix import ApproxPrefixCacheProducer
 from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
+from scheduler.plugins.support.prefix.match_info import PrefixCacheMatchInfo, prefix_match_key
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 
@@ -42,28 +44,22 @@ class NoHitLRUParameters(Parameters):
     prefix_match_info_producer_name: str = Field(default="", alias="prefixMatchInfoProducerName")
 
 
-def find_prefix_producer(
+def find_prefix_match_key(
     handle: PluginHandle,
     producer_name: str = "",
     prefix_plugin_name: str = "prefix-cache-scorer",
     prefix_plugin_type: str = "prefix-cache-scorer",
-) -> ApproxPrefixCacheProducer:
-    """The prefix-cache match data a scorer of cold requests reads: the producer called
-    `producer_name`; else that of the prefix-cache-scorer called `prefix_plugin_name`; else the
-    plugin called `approx-prefix-cache-producer`; a config with none is a load-time error."""
-    names = handle.plugin_names()
+) -> DataKey[dict[str, PrefixCacheMatchInfo]]:
+    """The prefix-cache match a plugin reads: that of the producer called `producer_name`; else the
+    one the prefix-cache-scorer called `prefix_plugin_name` reads; else llm-d's default producer's
+    (`approx-prefix-cache-producer`): a config with none fails its build, naming this plugin."""
     if producer_name:
-        return handle.plugin_of_type(producer_name, ApproxPrefixCacheProducer, "prefixMatchInfoProducerName")
-    if prefix_plugin_name in names:
+        return prefix_match_key(handle, producer_name)
+    if prefix_plugin_name in handle.plugin_names():
         if prefix_plugin_type != PrefixCacheScorer.type_name:
             raise ValueError(f"prefixPluginType {prefix_plugin_type!r}: only prefix-cache-scorer is read here")
-        return handle.plugin_of_type(prefix_plugin_name, PrefixCacheScorer, "prefixPluginName").producer
-    if ApproxPrefixCacheProducer.type_name in names:
-        return handle.plugin(ApproxPrefixCacheProducer.type_name)  # type: ignore[return-value]
-    raise ValueError(
-        "needs prefix-cache match data: add a prefix-cache-scorer or an approx-prefix-cache-producer "
-        "(or name one with prefixMatchInfoProducerName / prefixPluginName)"
-    )
+        return handle.plugin_of_type(prefix_plugin_name, PrefixCacheScorer, "prefixPluginName").match_key
+    return prefix_match_key(handle, "")
 
 
 @register
@@ -77,13 +73,14 @@ class NoHitLRUScorer(Scorer, PreRequest):
         self.lru_size = p.lru_size if p.lru_size > 0 else 1024
         self.lru: OrderedDict[str, None] = OrderedDict()  # endpoint names, least recently used first
         self._cold: OrderedDict[str, bool] = OrderedDict()  # request id -> cold, until its PreRequest
-        self.producer = find_prefix_producer(
+        self.match_key = find_prefix_match_key(
             handle, p.prefix_match_info_producer_name, p.prefix_plugin_name, p.prefix_plugin_type
         )
+        self.consumes = (self.match_key,)
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
-        infos = self.producer.produce(cycle_state, request, endpoints)
-        cold = not any(info.match_blocks > 0 for info in infos.values())
+        infos = cycle_state.get(self.match_key, {})
+        cold = not any((info := infos.get(ep.name)) is not None and info.match_blocks > 0 for ep in endpoints)
         self._cold[request.request_id] = cold
         self._cold.move_to_end(request.request_id)
         while len(self._cold) > MAX_PENDING:

@@ -32,7 +32,8 @@ from pydantic import Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, PluginHandle, Scorer, ScorerCategory
-from scheduler.plugins.scorers.no_hit_lru import find_prefix_producer
+from scheduler.plugins.scorers.no_hit_lru import find_prefix_match_key
+from scheduler.plugins.support.prefix import PrefixIndex
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 
@@ -54,13 +55,18 @@ class PrefixHomeBalanceScorer(Scorer):
 
     def setup(self, handle: PluginHandle) -> None:
         p = self.params
-        self.producer = find_prefix_producer(handle, p.prefix_match_info_producer_name, p.prefix_plugin_name)
+        self.match_key = find_prefix_match_key(handle, p.prefix_match_info_producer_name, p.prefix_plugin_name)
+        self.consumes = (self.match_key,)
+        # The producer's index, for each server's size (state across requests, not this cycle's data).
+        self.index: PrefixIndex | None = None
+        if self.match_key.producer in handle.plugin_names():
+            self.index = handle.plugin(self.match_key.producer).index  # type: ignore[attr-defined]
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
-        infos = self.producer.produce(cycle_state, request, endpoints)
-        if any(info.match_blocks > 0 for info in infos.values()):
+        infos = cycle_state.get(self.match_key, {})
+        if self.index is None or any((i := infos.get(ep.name)) is not None and i.match_blocks > 0 for ep in endpoints):
             return dict.fromkeys(endpoints, 1.0)
-        size = self.producer.index.server_size
+        size = self.index.server_size
         held = [size(ep.name) for ep in endpoints]
         low, high = (min(held), max(held)) if held else (0, 0)
         if high == low:

@@ -2,7 +2,7 @@
 `x-slo-tpot-ms` (time per output token), both positive milliseconds, and
 `x-prediction-based-scheduling` (`true` / `false`: whether the predicted-latency plugins act on
 this request; absent means yes). The gateway parses them at the edge (a malformed value is a 400
-naming the header); the plugins read the same parse, memoised on the request."""
+naming the header); the plugins read the same parse, kept in the request's derived data."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from scheduler.data_keys import DataKey
 from scheduler.errors import ErrorCode, SchedulingError
 from scheduler.types import LLMRequest
 
 TTFT_HEADER = "x-slo-ttft-ms"
 TPOT_HEADER = "x-slo-tpot-ms"
 PREDICTION_HEADER = "x-prediction-based-scheduling"
-_MEMO_KEY = "slo/targets"
 
 
 class SLOTargets(BaseModel):
@@ -44,6 +44,7 @@ class SLOTargets(BaseModel):
 
 
 NO_TARGETS = SLOTargets()
+SLO_TARGETS: DataKey[SLOTargets] = DataKey("slo/targets")  # the parse, once per request
 
 
 def parse_slo_headers(headers: dict[str, str]) -> SLOTargets:
@@ -63,9 +64,10 @@ def parse_slo_headers(headers: dict[str, str]) -> SLOTargets:
 
 def slo_targets(request: LLMRequest) -> SLOTargets:
     """The request's targets, parsed once per request per process."""
-    targets = request.memo.get(_MEMO_KEY)
+    targets = request.derived.get(SLO_TARGETS)
     if targets is None:
-        targets = request.memo[_MEMO_KEY] = parse_slo_headers(request.headers)
+        targets = parse_slo_headers(request.headers)
+        request.derived.put(SLO_TARGETS, targets)
     return targets
 
 

@@ -1,18 +1,20 @@
 """Where a request's prompt tokens (as the engine sees them) are kept once a `token-producer` has
-made them: `LLMRequest.memo`, so every plugin of one process tokenizes a prompt once. Consumers
-(the precise prefix producer) ask through `TokenSource`, which the token producer implements.
-Beside them, the token cache's `TokenRun` they came from, when they did (its `ids` are the very
-list memoised), where a consumer keeps what it derives from a hot prefix's tokens."""
+made them: the request's derived data (`LLMRequest.derived`), so every plugin of one process
+tokenizes a prompt once. Consumers (the precise prefix producer) ask through `TokenSource`, which
+the token producer implements. Beside them, the token cache's `TokenRun` they came from, when they
+did (its `ids` are the very list kept), where a consumer keeps what it derives from a hot prefix's
+tokens."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from scheduler.data_keys import DataKey
 from scheduler.plugins.support.token_cache import TokenRun
 from scheduler.types import LLMRequest
 
-TOKENS_MEMO_KEY = "tokenized-prompt"
-RUN_MEMO_KEY = "tokenized-prompt-run"
+PROMPT_TOKENS: DataKey[list[int]] = DataKey("tokenized-prompt")
+PROMPT_TOKEN_RUN: DataKey[TokenRun] = DataKey("tokenized-prompt-run")
 
 
 class TokenSource(Protocol):
@@ -21,17 +23,17 @@ class TokenSource(Protocol):
         ...
 
 
-def memo_tokens(request: LLMRequest) -> list[int] | None:
-    return request.memo.get(TOKENS_MEMO_KEY)
+def request_tokens(request: LLMRequest) -> list[int] | None:
+    return request.derived.get(PROMPT_TOKENS)
 
 
-def memo_token_run(request: LLMRequest) -> TokenRun | None:
-    return request.memo.get(RUN_MEMO_KEY)
+def request_token_run(request: LLMRequest) -> TokenRun | None:
+    return request.derived.get(PROMPT_TOKEN_RUN)
 
 
-def set_memo_tokens(request: LLMRequest, tokens: list[int], run: TokenRun | None = None) -> None:
-    request.memo[TOKENS_MEMO_KEY] = tokens
+def set_request_tokens(request: LLMRequest, tokens: list[int], run: TokenRun | None = None) -> None:
+    request.derived.put(PROMPT_TOKENS, tokens)
     if run is not None:
-        request.memo[RUN_MEMO_KEY] = run
+        request.derived.put(PROMPT_TOKEN_RUN, run)
     else:
-        request.memo.pop(RUN_MEMO_KEY, None)
+        request.derived.pop(PROMPT_TOKEN_RUN)

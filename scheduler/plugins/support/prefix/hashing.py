@@ -8,9 +8,9 @@ little-endian bytes), so a block's hash names the whole prefix up to and includi
 prompt shorter than one block gives no hashes, a trailing partial block is hashed too, and at most
 `max_blocks` blocks are hashed.
 
-The hashes are memoised on the request (`LLMRequest.memo`), so every profile and plugin in one
-process hashes a prompt once per (block size, max blocks); the Ray layer can ship them to profile
-actors in place of the prompt with `set_prefix_block_hashes`."""
+The hashes are kept in the request's data (`LLMRequest.derived`, under `prefix_hashes_key`), so every
+profile and plugin in one process hashes a prompt once per (block size, max blocks); a caller that
+hashed the prompt elsewhere gives them with `set_prefix_block_hashes`."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from struct import Struct
 
 import xxhash
 
+from scheduler.data_keys import DataKey
 from scheduler.types import LLMRequest
 
 AVERAGE_CHARS_PER_TOKEN = 4
 DEFAULT_BLOCK_SIZE_TOKENS = 16  # vLLM's default KV block size
 DEFAULT_MAX_PREFIX_BLOCKS = 256
 
-_MEMO_TAG = "prefix-block-hashes"
 _pack_u64 = Struct("<Q").pack
 _xxh64 = xxhash.xxh64_intdigest
 
@@ -59,24 +59,24 @@ def hash_prompt(
     return hash_blocks(data, (model + cache_salt).encode(), block_size_tokens, max_blocks)
 
 
-def hashes_memo_key(block_size_tokens: int, max_blocks: int) -> tuple[str, int, int]:
-    """Where `prefix_block_hashes` keeps its result in `LLMRequest.memo`."""
-    return (_MEMO_TAG, block_size_tokens, max_blocks)
+def prefix_hashes_key(block_size_tokens: int, max_blocks: int) -> DataKey[list[int]]:
+    """Where `prefix_block_hashes` keeps its result in the request's data, per geometry."""
+    return DataKey(f"prefix-block-hashes/{block_size_tokens}x{max_blocks}")
 
 
 def prefix_block_hashes(request: LLMRequest, block_size_tokens: int, max_blocks: int) -> list[int]:
     """The request's prompt block hashes (see the module doc), computed once per request and
     (block size, max blocks). The list is shared: do not modify it."""
-    key = (_MEMO_TAG, block_size_tokens, max_blocks)
-    hashes = request.memo.get(key)
+    key = prefix_hashes_key(block_size_tokens, max_blocks)
+    hashes = request.derived.get(key)
     if hashes is None:
         seed = (request.target_model + request.cache_salt()).encode()
         hashes = hash_blocks(request.prompt_text().encode(), seed, block_size_tokens, max_blocks)
-        request.memo[key] = hashes
+        request.derived.put(key, hashes)
     return hashes
 
 
 def set_prefix_block_hashes(request: LLMRequest, block_size_tokens: int, max_blocks: int, hashes: list[int]) -> None:
-    """Give a request hashes computed elsewhere (e.g. by the gateway, shipped to a profile actor
-    instead of the prompt); `prefix_block_hashes` then returns them without the prompt."""
-    request.memo[(_MEMO_TAG, block_size_tokens, max_blocks)] = list(hashes)
+    """Give a request hashes computed elsewhere (in the same process: the request's data does not
+    travel); `prefix_block_hashes` then returns them without the prompt."""
+    request.derived.put(prefix_hashes_key(block_size_tokens, max_blocks), list(hashes))

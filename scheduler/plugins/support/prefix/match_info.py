@@ -1,14 +1,17 @@
 """What the prefix-cache scorer tells other plugins about an endpoint: how much of the request's
 prompt it probably has cached (GIE's PrefixCacheMatchInfo attribute).
 
-The scorer attaches one to every endpoint it scores with
-`cycle_state.set_endpoint_attribute(name, PREFIX_MATCH_KEY, info)`; the profile copies it onto its
+A prefix producer writes them, one per endpoint, under its PREFIX_MATCH_INFO key for the plugins
+of its profile, and attaches each to its endpoint (`PREFIX_MATCH_KEY`); the profile copies it onto its
 chosen targets, so e.g. the P/D decider reads it from the decode profile's target endpoint:
 `endpoint.attributes.get(PREFIX_MATCH_KEY)`."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from scheduler.data_keys import DataKey
+from scheduler.interfaces import PluginHandle
 
 PREFIX_MATCH_KEY = "PrefixCacheMatchInfoKey"  # GIE's attribute key
 
@@ -32,3 +35,26 @@ class PrefixCacheMatchInfo(NamedTuple):
     @property
     def total_tokens(self) -> int:
         return self.total_blocks * self.block_size_tokens
+
+
+# What a prefix producer writes in the cycle state: a PrefixCacheMatchInfo per endpoint name, under
+# its own name (`PREFIX_MATCH_INFO.of(producer name)`; llm-d's default producer is the approximate one).
+PREFIX_MATCH_INFO: DataKey[dict[str, PrefixCacheMatchInfo]] = DataKey(
+    "prefix-cache-match-info", "approx-prefix-cache-producer"
+)
+
+
+def prefix_match_key(
+    handle: PluginHandle, producer_name: str, field: str = "prefixMatchInfoProducerName"
+) -> DataKey[dict[str, PrefixCacheMatchInfo]]:
+    """The match-info key a consumer reads: that of the producer `producer_name` names, else llm-d's
+    default producer's. A ValueError (a config error) when the name is no prefix producer."""
+    key = PREFIX_MATCH_INFO.of(producer_name)
+    names = handle.plugin_names()
+    if producer_name and names and producer_name not in names:
+        raise ValueError(f"{field} {producer_name!r} names no plugin in 'plugins'")
+    if key.producer in names:
+        plugin = handle.plugin(key.producer)
+        if key not in getattr(plugin, "produces", ()):
+            raise ValueError(f"{field} {key.producer!r} is a {plugin.type_name}, which produces no prefix-cache match")
+    return key

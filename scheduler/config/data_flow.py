@@ -1,0 +1,58 @@
+"""Which producers a profile runs, and in what order: the keys its plugins consume, each matched to
+the plugin that produces it (llm-d's config loader checks consumers against producers alike).
+
+A profile runs the producers it lists and every producer of the config whose keys its plugins
+(and those producers, in turn) consume; a producer runs after the producers of the keys it reads.
+A consumed key that no plugin of the config produces is a config error naming the profile, the
+plugin and the key: caught when the config loads, not as a scorer that silently scores zero."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from scheduler.data_keys import DataKey
+from scheduler.interfaces import Plugin, Producer
+
+
+def profile_producers(
+    profile_name: str, plugins: Iterable[Plugin], listed: list[Producer], available: Iterable[Plugin], errors: list[str]
+) -> list[Producer]:
+    """The producers profile `profile_name` runs, dependencies first; a line in `errors` per consumed
+    key without a producer, or per producer that reads its own output through others (a cycle)."""
+    by_key: dict[DataKey[Any], Producer] = {}
+    for plugin in [*listed, *available]:
+        if isinstance(plugin, Producer):
+            for key in plugin.produces:
+                by_key.setdefault(key, plugin)
+    ordered: list[Producer] = []
+    placing: list[Producer] = []
+
+    def place(producer: Producer) -> None:
+        if any(p is producer for p in ordered):
+            return
+        if any(p is producer for p in placing):
+            chain = " -> ".join(p.name for p in [*placing, producer])
+            errors.append(f"schedulingProfiles {profile_name!r}: producers read each other's keys in a cycle: {chain}")
+            return
+        placing.append(producer)
+        need(producer)
+        placing.pop()
+        ordered.append(producer)
+
+    def need(consumer: Plugin) -> None:
+        for key in consumer.consumes:
+            producer = by_key.get(key)
+            if producer is None:
+                errors.append(
+                    f"schedulingProfiles {profile_name!r}: plugin {consumer.name!r} (type {consumer.type_name}) "
+                    f"reads the data key {str(key)!r}, which no plugin in 'plugins' produces"
+                )
+            else:
+                place(producer)
+
+    for producer in listed:
+        place(producer)
+    for plugin in plugins:
+        need(plugin)
+    return ordered
