@@ -9,6 +9,8 @@ defaults). Setting the producer's parameters on a scorer that names a producer i
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from scheduler.config.models import EndpointPickerConfig, PluginSpec
 from scheduler.registry import plugin_class
 
@@ -23,7 +25,7 @@ def expand_combined_prefix_scorers(cfg: EndpointPickerConfig, errors: list[str])
     names = {spec.name or spec.type for spec in cfg.plugins}
     producer_cls = plugin_class(COMBINED_PRODUCER)
     combined_fields: frozenset[str] = producer_cls.combined_fields  # type: ignore[union-attr]
-    for i, spec in reversed(list(enumerate(cfg.plugins))):
+    for i, spec in list(enumerate(cfg.plugins)):
         if spec.type != SCORER or not isinstance(spec.parameters or {}, dict):
             continue
         params = dict(spec.parameters or {})
@@ -39,6 +41,16 @@ def expand_combined_prefix_scorers(cfg: EndpointPickerConfig, errors: list[str])
             continue
         if not combined and DEFAULT_PRODUCER in names:
             continue  # llm-d's form: the default producer
+        spec.parameters = params
+        try:  # checked here, so a mistake names the plugin the user wrote
+            producer_cls.Parameters.model_validate(combined)  # type: ignore[union-attr]
+        except ValidationError as err:
+            for e in err.errors():
+                field = ".".join(["parameters", *(str(p) for p in e["loc"])])
+                errors.append(
+                    f"plugins[{i}] {name!r} (type {spec.type}): {field}: {e['msg'].removeprefix('Value error, ')}"
+                )
+            continue
         producer = name + producer_cls.combined_suffix  # type: ignore[union-attr]
-        cfg.plugins.insert(i, PluginSpec(name=producer, type=COMBINED_PRODUCER, parameters=combined))
-        spec.parameters = {**params, "prefixMatchInfoProducerName": producer}
+        cfg.plugins.append(PluginSpec(name=producer, type=COMBINED_PRODUCER, parameters=combined))
+        spec.parameters["prefixMatchInfoProducerName"] = producer

@@ -1,12 +1,14 @@
-"""prefix-cache-scorer: GIE's approximate-prefix producer tests (approximateprefix/plugin_test.go,
-and the earlier one-plugin scorer/prefix/plugin_test.go sequences) and the scorer's own test,
-adapted to one plugin that hashes, matches, scores and learns in PreRequest."""
+"""prefix-cache-scorer in GIE's combined form: GIE's approximate-prefix producer tests
+(approximateprefix/plugin_test.go, and the earlier one-plugin scorer/prefix/plugin_test.go
+sequences) and the scorer's own test, on the producer and scorer the loader expands it into, run as
+a profile runs them (the producer, then the scorer; the producer learns in PreRequest)."""
 
 import pytest
 from pydantic import ValidationError
 
 from scheduler import ConfigError, CycleState, LLMRequest, ProfileRunResult, SchedulingResult, ScorerCategory
-from scheduler.config import load_config
+from scheduler.config import build_plugins, load_config
+from scheduler.plugins.producers.gie_prefix import GIEPrefixCacheParameters, GIEPrefixCacheProducer
 from scheduler.plugins.scorers.prefix_cache import PrefixCacheParameters, PrefixCacheScorer
 from scheduler.plugins.support.prefix import (
     PREFIX_MATCH_KEY,
@@ -19,8 +21,26 @@ from scheduler.registry import plugin_class
 from tests.scheduler.helpers import endpoint, request
 
 
-def scorer(**params) -> PrefixCacheScorer:
-    return PrefixCacheScorer(params=PrefixCacheParameters.model_validate(params))
+class Combined:
+    """A combined-form scorer as the loader builds it, run as a profile runs its plugins."""
+
+    def __init__(self, **params) -> None:
+        cfg = {"plugins": [{"name": "pfx", "type": "prefix-cache-scorer", "parameters": params}]}
+        built = build_plugins(load_config(cfg))
+        self.scorer: PrefixCacheScorer = built.plugins["pfx"]  # type: ignore[assignment]
+        self.producer: GIEPrefixCacheProducer = built.plugins["pfx/producer"]  # type: ignore[assignment]
+        assert built.profiles["default"].producers == [self.producer]
+
+    def score(self, state: CycleState, req: LLMRequest, endpoints):
+        self.producer.produce(state, req, endpoints)
+        return self.scorer.score(state, req, endpoints)
+
+    def pre_request(self, req: LLMRequest, result: SchedulingResult) -> None:
+        self.producer.pre_request(req, result)
+
+
+def scorer(**params) -> Combined:
+    return Combined(**params)
 
 
 def decided(primary, prefill=None, primary_name="default") -> SchedulingResult:
@@ -48,10 +68,10 @@ def score(plugin, req, endpoints):
 # -- parameters -------------------------------------------------------------------------------
 
 
-def test_registered_as_an_affinity_scorer_and_pre_request_hook():
+def test_registered_as_an_affinity_scorer_with_a_producer_that_learns():
     assert plugin_class("prefix-cache-scorer") is PrefixCacheScorer
     assert PrefixCacheScorer.category is ScorerCategory.AFFINITY
-    p = PrefixCacheScorer()
+    p = scorer().producer
     assert (p.auto_tune, p.default_block_size_tokens, p.max_prefix_blocks, p.lru_capacity) == (True, 16, 256, 31250)
 
 
@@ -72,10 +92,12 @@ def test_registered_as_an_affinity_scorer_and_pre_request_hook():
 )
 def test_parameter_validation(params, valid):
     if valid:
-        PrefixCacheParameters.model_validate(params)
+        GIEPrefixCacheParameters.model_validate(params)
     else:
         with pytest.raises(ValidationError):
-            PrefixCacheParameters.model_validate(params)
+            GIEPrefixCacheParameters.model_validate(params)
+    with pytest.raises(ValidationError):  # the scorer itself takes none of them
+        PrefixCacheParameters.model_validate(params)
 
 
 def test_config_errors_name_the_plugin_and_field():
@@ -95,6 +117,7 @@ def test_config_errors_name_the_plugin_and_field():
 )
 def test_unset_values_take_the_defaults(given, effective):
     p = scorer(**dict(zip(("blockSizeTokens", "maxPrefixBlocksToMatch", "lruCapacityPerServer"), given, strict=True)))
+    p = p.producer
     assert (p.default_block_size_tokens, p.max_prefix_blocks, p.lru_capacity) == effective
     assert p.index.default_capacity == effective[2]
 
@@ -151,7 +174,7 @@ def test_pre_request_indexes_every_block_for_the_target():
     score(plugin, req, [pod1])
     plugin.pre_request(req, decided(pod1))
     for h in hash_prompt("aaaabbbb", "test-model1", 1, 256):
-        assert plugin.index.get(h) == {"pod1"}
+        assert plugin.producer.index.get(h) == {"pod1"}
 
 
 def test_scores_are_matched_over_total_blocks():
@@ -244,9 +267,9 @@ def test_auto_tune_uses_the_endpoint_block_size_and_cache_size():
     _, infos = score(plugin, req, [pod])
     assert infos["pod-autotune"] == PrefixCacheMatchInfo(0, 2, 16)  # 128 chars / (16 tokens x 4)
     plugin.pre_request(req, decided(pod))
-    assert plugin.index.servers() == ["pod-autotune"]
-    assert plugin.index.server_capacity("pod-autotune") == 1000
-    assert plugin.index.server_size("pod-autotune") == 2
+    assert plugin.producer.index.servers() == ["pod-autotune"]
+    assert plugin.producer.index.server_capacity("pod-autotune") == 1000
+    assert plugin.producer.index.server_size("pod-autotune") == 2
 
 
 def test_without_auto_tune_the_configured_sizes_apply():
@@ -256,10 +279,10 @@ def test_without_auto_tune_the_configured_sizes_apply():
     _, infos = score(plugin, req, [pod])
     assert infos["pod-autotune"].total_blocks == 4  # 128 chars / (8 tokens x 4)
     plugin.pre_request(req, decided(pod))
-    assert plugin.index.server_capacity("pod-autotune") == 1
+    assert plugin.producer.index.server_capacity("pod-autotune") == 1
     hashes = prefix_block_hashes(req, 8, 256)
-    assert plugin.index.get(hashes[0]) == set(), "the first blocks were evicted"
-    assert plugin.index.get(hashes[-1]) == {"pod-autotune"}
+    assert plugin.producer.index.get(hashes[0]) == set(), "the first blocks were evicted"
+    assert plugin.producer.index.get(hashes[-1]) == {"pod-autotune"}
 
 
 @pytest.mark.parametrize(
@@ -284,7 +307,7 @@ def test_short_prompt_scores_zero_with_match_info():
     assert scores == {pod: 0.0}
     assert infos["pod1"] == PrefixCacheMatchInfo(0, 0, 16)
     plugin.pre_request(req, decided(pod))
-    assert plugin.index.servers() == []
+    assert plugin.producer.index.servers() == []
 
 
 def test_no_endpoints():
@@ -323,9 +346,9 @@ def test_pre_request_learns_primary_and_prefill_targets(result, learned):
     plugin = scorer(blockSizeTokens=1)
     req = completion("m", "aaaabbbb")
     plugin.pre_request(req, result)
-    assert set(plugin.index.servers()) == learned
+    assert set(plugin.producer.index.servers()) == learned
     for name in learned:
-        assert plugin.index.server_size(name) == 2
+        assert plugin.producer.index.server_size(name) == 2
 
 
 def test_per_request_state_does_not_outlive_pre_request():
@@ -333,10 +356,12 @@ def test_per_request_state_does_not_outlive_pre_request():
     pod = endpoint("pod1")
     req = completion("m", "aaaabbbb")
     score(plugin, req, [pod])
-    assert plugin._state_key in req.memo
+    assert plugin.producer.state_key in req.derived
     plugin.pre_request(req, decided(pod))
-    assert plugin._state_key not in req.memo
-    assert set(vars(plugin)) == set(vars(scorer(blockSizeTokens=1))), "no per-request fields on the plugin"
+    assert plugin.producer.state_key not in req.derived
+    fresh = scorer(blockSizeTokens=1)
+    assert set(vars(plugin.producer)) == set(vars(fresh.producer)), "no per-request fields on the producer"
+    assert set(vars(plugin.scorer)) == set(vars(fresh.scorer)), "nor on the scorer"
 
 
 def test_pre_request_uses_the_geometry_it_scored_with():
@@ -348,7 +373,7 @@ def test_pre_request_uses_the_geometry_it_scored_with():
     req = completion("m", "x" * 256)
     score(plugin, req, [first, target])
     plugin.pre_request(req, decided(target))
-    assert plugin.index.server_size("b") == 16  # 256 chars / (4 tokens x 4)
+    assert plugin.producer.index.server_size("b") == 16  # 256 chars / (4 tokens x 4)
 
 
 def test_pre_request_without_scoring_here_hashes_the_request():
@@ -368,7 +393,7 @@ def test_shared_instance_matches_once_per_cycle():
     state = CycleState()
     req = completion("m", "aaaabbbb")
     first = plugin.score(state, req, [endpoint("pod1")])
-    plugin.index.remove_server("pod1")  # a second match would now find nothing
+    plugin.producer.index.remove_server("pod1")  # a second match would now find nothing
     second = plugin.score(state, req, [endpoint("pod1"), endpoint("pod2")])
     assert list(first.values()) == [1.0]
     assert sorted(second.values()) == [0.0, 1.0]
@@ -380,9 +405,9 @@ def test_forget_servers_not_in():
     plugin = scorer(blockSizeTokens=1)
     for name in ("pod1", "pod2", "pod3"):
         plugin.pre_request(completion("m", f"{name}-prompt"), decided(endpoint(name)))
-    assert plugin.forget_servers_not_in(["pod1", "pod3", "pod9"]) == ["pod2"]
-    assert sorted(plugin.index.servers()) == ["pod1", "pod3"]
-    assert plugin.index.match(hash_prompt("pod2-prompt", "m", 1, 256)) == {}
+    assert plugin.producer.forget_servers_not_in(["pod1", "pod3", "pod9"]) == ["pod2"]
+    assert sorted(plugin.producer.index.servers()) == ["pod1", "pod3"]
+    assert plugin.producer.index.match(hash_prompt("pod2-prompt", "m", 1, 256)) == {}
 
 
 def test_servers_unseen_for_a_whole_interval_are_forgotten():
@@ -393,7 +418,7 @@ def test_servers_unseen_for_a_whole_interval_are_forgotten():
     req = completion("m", "aaaa")
 
     def new_interval():
-        plugin._next_check = 0.0  # the check interval has passed
+        plugin.producer.next_check = 0.0  # the check interval has passed
 
     new_interval()
     plugin.score(CycleState(), req, [pods["pod1"]])  # starts an interval watching all three
@@ -402,16 +427,16 @@ def test_servers_unseen_for_a_whole_interval_are_forgotten():
     plugin.score(CycleState(), req, [pods["pod2"]])
     new_interval()
     plugin.score(CycleState(), req, [pods["pod1"]])
-    assert sorted(plugin.index.servers()) == ["pod1", "pod2"]
+    assert sorted(plugin.producer.index.servers()) == ["pod1", "pod2"]
 
     # a decision naming pod2 counts as seeing it
     plugin.pre_request(completion("m", "pod2-prompt"), decided(pods["pod2"]))
     new_interval()
     plugin.score(CycleState(), req, [pods["pod1"]])
-    assert sorted(plugin.index.servers()) == ["pod1", "pod2"]
+    assert sorted(plugin.producer.index.servers()) == ["pod1", "pod2"]
     new_interval()  # pod2 unseen through the last interval
     plugin.score(CycleState(), req, [pods["pod1"]])
-    assert plugin.index.servers() == ["pod1"]
+    assert plugin.producer.index.servers() == ["pod1"]
 
 
 def test_servers_are_kept_until_the_interval_ends():
@@ -419,7 +444,7 @@ def test_servers_are_kept_until_the_interval_ends():
     plugin.pre_request(completion("m", "pod1-prompt"), decided(endpoint("pod1")))
     for _ in range(5):
         plugin.score(CycleState(), completion("m", "aaaa"), [endpoint("other")])
-    assert plugin.index.servers() == ["pod1"]
+    assert plugin.producer.index.servers() == ["pod1"]
 
 
 def test_hashes_shipped_instead_of_the_prompt():
@@ -427,7 +452,7 @@ def test_hashes_shipped_instead_of_the_prompt():
     plugin = scorer(blockSizeTokens=1)
     pod = endpoint("pod1", cache_block_size=2)
     plugin.pre_request(completion("m", "a" * 64), decided(pod))
-    block_size, max_blocks = plugin.geometry([pod])
+    block_size, max_blocks = plugin.producer.geometry([pod])
     assert (block_size, max_blocks) == (2, 256)
     bare = LLMRequest("r2", "m", body={})
     set_prefix_block_hashes(bare, block_size, max_blocks, hash_prompt("a" * 64 + "b" * 8, "m", 2, 256))

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from scheduler import LLMRequest
-from serve_app.gateway.shard_key import ShardKey
+from serve_app.gateway.shard_key import PROFILE_SHARD, ShardKey
 from tests.conftest import GATEWAY_TEST_PORT
 from tests.serve_app.deployments import sim_pods, wait_until
 
@@ -57,7 +57,7 @@ def test_the_session_header_is_the_key_when_present():
 
 def test_one_shard_is_always_shard_0_and_the_shard_is_memoised():
     req = LLMRequest("a", MODEL, {"prompt": "z" * 300})
-    assert ShardKey(1).shard_of(req) == 0 and "profile-shard" not in req.memo
+    assert ShardKey(1).shard_of(req) == 0 and PROFILE_SHARD not in req.derived
     shard = ShardKey(7).shard_of(req)
     req.body = {}  # the response events carry no body: the memo keeps the deciding shard
     assert ShardKey(7).shard_of(req) == shard

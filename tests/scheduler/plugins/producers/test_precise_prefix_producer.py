@@ -17,7 +17,7 @@ from scheduler.errors import ConfigError
 from scheduler.interfaces import KVEventSink, kv_event_sinks
 from scheduler.plugins.producers.precise_prefix import PrecisePrefixCacheProducer
 from scheduler.plugins.support.prefix.precise_index import GAPPED, LIVE
-from scheduler.plugins.support.tokenized import set_memo_tokens
+from scheduler.plugins.support.tokenized import set_request_tokens
 from tests.scheduler.helpers import endpoint, request
 
 SAMPLE = Path(__file__).parents[3] / "fixtures" / "llm-d" / "sim-epp-no-hit-lru.yaml"
@@ -31,7 +31,7 @@ def pods():
 
 def tokenized(rid: str, tokens=TOKENS):
     req = request(prompt="text the router does not tokenize itself " * 20, request_id=rid)
-    set_memo_tokens(req, list(tokens))
+    set_request_tokens(req, list(tokens))
     return req
 
 

@@ -8,7 +8,12 @@ import pytest
 import xxhash
 
 from scheduler import LLMRequest
-from scheduler.plugins.support.prefix import hash_prompt, hashes_memo_key, prefix_block_hashes, set_prefix_block_hashes
+from scheduler.plugins.support.prefix import (
+    hash_prompt,
+    prefix_block_hashes,
+    prefix_hashes_key,
+    set_prefix_block_hashes,
+)
 from tests.scheduler.helpers import request
 
 
@@ -104,7 +109,7 @@ def test_memoised_per_block_size_and_max_blocks():
     req = request(model="m", prompt="a" * 300)
     first = prefix_block_hashes(req, 16, 256)
     assert prefix_block_hashes(req, 16, 256) is first
-    assert req.memo[hashes_memo_key(16, 256)] is first
+    assert req.derived.get(prefix_hashes_key(16, 256)) is first
     other = prefix_block_hashes(req, 8, 256)
     assert len(other) == 10 and len(first) == 5
     assert len(prefix_block_hashes(req, 16, 2)) == 2
