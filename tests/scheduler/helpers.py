@@ -43,3 +43,13 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def as_in_profile(sched, plugin, req: LLMRequest, endpoints: list[Endpoint], state: CycleState | None = None):
+    """`plugin`'s filter or score for `req`, after the producers of the scheduler's default
+    profile wrote their keys, as `SchedulerProfile.run` calls them."""
+    state = state if state is not None else CycleState()
+    for producer in sched.profiles["default"].producers:
+        producer.produce(state, req, endpoints)
+    call = plugin.filter if hasattr(plugin, "filter") else plugin.score
+    return call(state, req, endpoints)

@@ -69,7 +69,8 @@ def test_pd_samples_use_the_split_producer_and_pick_both_roles(name):
     sched = Scheduler.from_config(load_config_file(FIXTURES / name))
     producers = [p for p in sched.plugins.values() if isinstance(p, ApproxPrefixCacheProducer)]
     scorer = next(p for p in sched.plugins.values() if isinstance(p, PrefixCacheScorer))
-    assert len(producers) == 1 and scorer.producer is producers[0]
+    assert len(producers) == 1 and scorer.match_key == producers[0].produces[0]
+    assert all(p.producers == producers for p in sched.profiles.values())  # each profile runs it
     assert producers[0].max_prefix_tokens == 16384 and producers[0].lru_capacity == 31250
     assert producers[0].block_size_for([]) == 64  # llm-d's floor, also for sim-pd's blockSizeTokens 16
     eps = pool()
@@ -287,4 +288,3 @@ def test_program_aware_sample_dispatches_the_program_with_least_attained_service
     policy.response_usage(request(headers={FAIRNESS_ID_HEADER: "heavy"}), 1000, 500)  # 2,000 weighted tokens
     assert policy.service("heavy") > 1900 and policy.service("light") == 0
     assert order(["heavy", "light"] * 3) == ["light"] * 3 + ["heavy"] * 3
-

@@ -15,8 +15,8 @@ from scheduler import CycleState, Endpoint, LLMRequest, Metrics, Scheduler, Sche
 from scheduler.interfaces import PDDecider
 from scheduler.loop import CONCURRENT_ROUNDS_KEY
 from scheduler.plugins.handlers.disagg import RAN_WITH_DECODE
+from scheduler.plugins.producers.approx_prefix import ApproxPrefixCacheProducer
 from scheduler.plugins.scorers.prefill_backlog import PrefillBacklogScorer
-from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
 from scheduler.registry import register
 from scheduler.trace import SchedulingTrace
 from scheduler.types import ProfileRunResult, SchedulingResult
@@ -83,8 +83,8 @@ def stream(n: int, seed: int):
 
 
 def index_state(s: Scheduler) -> dict[str, list[int]]:
-    (scorer,) = [p for p in s.plugins.values() if isinstance(p, PrefixCacheScorer)]
-    return {name: list(entry.lru) for name, entry in scorer.index._servers.items()}
+    (producer,) = [p for p in s.plugins.values() if isinstance(p, ApproxPrefixCacheProducer)]
+    return {name: list(entry.lru) for name, entry in producer.index._servers.items()}
 
 
 def ledger_state(s: Scheduler) -> dict[str, int]:

@@ -78,7 +78,7 @@ def test_the_index_learns_decode_and_prefill_targets_then_a_repeat_is_decode_onl
     first = sched.schedule(request(prompt=LONG, request_id="a"), pool())
     assert targets(first) == {"decode": ["d1"], "prefill": ["p1"]}
 
-    scorer = sched.plugins["prefix-cache-scorer"]
+    scorer = sched.plugins["prefix-cache-scorer/producer"]
     hashes = prefix_block_hashes(request(prompt=LONG), 16, 256)
     assert scorer.index.match(hashes) == {"d1": len(hashes), "p1": len(hashes)}
 
@@ -155,7 +155,7 @@ def test_prefill_failure_leaves_the_index_to_decode():
     sched = pd_scheduler()
     sched.schedule(request(prompt=LONG), [role("d1", "decode")])
     hashes = prefix_block_hashes(request(prompt=LONG), 16, 256)
-    assert sched.plugins["prefix-cache-scorer"].index.match(hashes) == {"d1": len(hashes)}
+    assert sched.plugins["prefix-cache-scorer/producer"].index.match(hashes) == {"d1": len(hashes)}
 
 
 @pytest.mark.parametrize("prompt", [LONG, "short"])
@@ -168,7 +168,7 @@ def test_no_decode_pod_fails_the_request(prompt):
     assert "failed to find available decode workers" in err.value.message
     assert trace.rounds == [["decode"]]  # prefill is not even asked
     assert trace.to_json()["disagg"] == {"decode": "failed"}
-    assert sched.plugins["prefix-cache-scorer"].index.servers() == []
+    assert sched.plugins["prefix-cache-scorer/producer"].index.servers() == []
 
 
 def test_unlabelled_and_dual_role_pods():
@@ -191,7 +191,7 @@ def test_custom_profile_names_end_to_end():
     assert first.primary_profile_name == "dec" and first.prefill_profile_name == "pre"
     assert targets(first) == {"dec": ["d1"], "pre": ["p1"]}
     hashes = prefix_block_hashes(request(prompt=LONG), 16, 256)
-    assert set(sched.plugins["prefix-cache-scorer"].index.match(hashes)) == {"d1", "p1"}
+    assert set(sched.plugins["prefix-cache-scorer/producer"].index.match(hashes)) == {"d1", "p1"}
     assert targets(sched.schedule(request(prompt=LONG, request_id="b"), pool())) == {"dec": ["d1"]}
 
 

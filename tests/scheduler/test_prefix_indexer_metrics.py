@@ -7,6 +7,7 @@ from __future__ import annotations
 from actors.metrics_hub import MetricsRecorder
 from scheduler import CycleState, ProfileRunResult, SchedulingResult, load_config
 from scheduler.config import build_plugins
+from scheduler.hooks import RequestHooks
 from scheduler.interfaces import bind_plugin_metrics
 from scheduler.plugins.producers.approx_prefix import (
     CHARS_PER_TOKEN,
@@ -17,7 +18,6 @@ from scheduler.plugins.producers.approx_prefix import (
     ApproxPrefixCacheParameters,
     ApproxPrefixCacheProducer,
 )
-from scheduler.plugins.scorers.prefix_cache import PrefixCacheParameters, PrefixCacheScorer
 from scheduler.plugins.support.prefix import prefix_block_hashes
 from tests.scheduler.helpers import endpoint, request
 
@@ -96,17 +96,19 @@ def test_matches_waiting_for_a_decision_are_bounded():
     assert len(p._matches) == MATCHES_KEPT
 
 
-def test_the_combined_scorer_binds_its_private_producer_under_its_own_name():
-    scorer = PrefixCacheScorer(name="prefix", params=PrefixCacheParameters.model_validate({}))
+def test_the_combined_scorers_producer_records_under_the_scorers_name_once():
+    cfg = load_config({"plugins": [{"name": "prefix", "type": "prefix-cache-scorer"}]})
+    profile = build_plugins(cfg).profiles["default"]
     rec = MetricsRecorder()
-    assert bind_plugin_metrics([scorer], rec) == 1
+    assert bind_plugin_metrics(profile.plugins(), rec) == 1  # the producer: the scorer records nothing
+    assert bind_plugin_metrics(profile.plugins(), rec) == 1  # bound again (another call): no new collector
     eps = [endpoint("a")]
     req = request(prompt=PROMPT)
-    scorer.score(CycleState(), req, eps)
-    scorer.pre_request(req, decided(eps[0]))
+    result = profile.run(req, CycleState(), eps)
+    RequestHooks(profile.plugins()).pre_request(req, SchedulingResult({"default": result}, "default"))
     labels = ("prefix", "approx-prefix-cache-producer")
     assert observed(rec, HIT_BYTES, labels)[0] == 1
-    assert (INDEX_SIZE, labels) in rec.state()["gauges"]
+    assert [key for key in rec.state()["gauges"] if key[0] == INDEX_SIZE] == [(INDEX_SIZE, labels)]
 
 
 def test_the_precise_producer_has_no_prefix_indexer_families():

@@ -9,7 +9,7 @@ import pytest
 from scheduler import Scheduler
 from scheduler.config import load_config
 from scheduler.errors import ConfigError
-from tests.scheduler.helpers import endpoint, fresh_state, request
+from tests.scheduler.helpers import as_in_profile, endpoint, fresh_state, request
 
 SHARED = "You are a helpful assistant. " * 40
 
@@ -35,9 +35,10 @@ def pool(n: int, busy: int = 5):
 
 
 def test_a_small_pool_passes_whole():
-    f = scheduler({"maxCandidates": 32}).plugins["candidate-subset-filter"]
+    sched = scheduler({"maxCandidates": 32})
+    f = sched.plugins["candidate-subset-filter"]
     eps = pool(20)
-    assert f.filter(fresh_state(), request(prompt=SHARED), eps) == eps
+    assert as_in_profile(sched, f, request(prompt=SHARED), eps) == eps
 
 
 @pytest.mark.parametrize(("n", "holders"), [(100, 1), (500, 3), (1000, 12)])
@@ -46,7 +47,7 @@ def test_a_large_pool_keeps_holders_least_loaded_and_a_sample(n, holders):
     eps = pool(n)
     for i in range(holders):  # p000.. hold the prefix
         sched.schedule(request(prompt=SHARED + f"warm {i}", request_id=f"w{i}"), [eps[i]])
-    kept = sched.plugins["candidate-subset-filter"].filter(fresh_state(), request(prompt=SHARED + "q"), eps)
+    kept = as_in_profile(sched, sched.plugins["candidate-subset-filter"], request(prompt=SHARED + "q"), eps)
     names = [ep.name for ep in kept]
     assert len(names) == len(set(names)) == 32
     assert {f"p{i:03d}" for i in range(min(holders, 8))} <= set(names)

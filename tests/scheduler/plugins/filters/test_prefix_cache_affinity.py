@@ -11,7 +11,7 @@ import pytest
 from scheduler import Scheduler
 from scheduler.config import load_config, load_config_file
 from scheduler.errors import ConfigError
-from tests.scheduler.helpers import endpoint, fresh_state, request
+from tests.scheduler.helpers import as_in_profile, endpoint, request
 
 ROOT = Path(__file__).resolve().parents[4]
 STICKY_CONFIG = ROOT / "bench" / "configs" / "llmd-sticky-until-saturated.yaml"
@@ -48,7 +48,7 @@ def kept(sched: Scheduler, prompt: str, pods: list[str]) -> tuple[list[str], str
     """The endpoints the filter keeps for this prompt, and the outcome it counted."""
     f = sched.plugins["prefix-cache-affinity-filter"]
     before = dict(f.decisions)
-    out = f.filter(fresh_state(), request(prompt=prompt, request_id="q"), [endpoint(p) for p in pods])
+    out = as_in_profile(sched, f, request(prompt=prompt, request_id="q"), [endpoint(p) for p in pods])
     (outcome,) = [k for k, n in f.decisions.items() if n != before[k]]
     return sorted(ep.name for ep in out), outcome
 
@@ -114,7 +114,7 @@ def test_a_saturated_endpoint_is_not_sticky(scraped, warm_on, expected, outcome)
     f = sched.plugins["prefix-cache-affinity-filter"]
     before = dict(f.decisions)
     pods = [endpoint(p, **scraped.get(p, {})) for p in ("a", "b", "c")]
-    out = f.filter(fresh_state(), request(prompt=SHARED + "Q1", request_id="q"), pods)
+    out = as_in_profile(sched, f, request(prompt=SHARED + "Q1", request_id="q"), pods)
     assert sorted(ep.name for ep in out) == expected
     assert [k for k, n in f.decisions.items() if n != before[k]] == [outcome]
 

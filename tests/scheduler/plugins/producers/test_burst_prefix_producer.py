@@ -43,7 +43,7 @@ def test_llmd_sample_loads_and_co_locates_a_burst():
     sched = Scheduler.from_config(load_config_file(FIXTURE))
     producer = sched.plugins["burst-prefix-cache-producer"]
     assert isinstance(producer, BurstPrefixCacheProducer) and producer.window_s == 0.1
-    assert next(p for p in sched.plugins.values() if isinstance(p, PrefixCacheScorer)).producer is producer
+    assert next(p for p in sched.plugins.values() if isinstance(p, PrefixCacheScorer)).match_key == producer.produces[0]
     eps = pool()
     # Two groups of 4 samples and 4 unrelated prompts, all in one window. The sample's tokenizer
     # server (<vllm-service>) does not resolve: the prompts are hashed from their text.
@@ -81,9 +81,9 @@ def test_the_match_info_is_a_full_match_on_the_assigned_replica():
     produce = producer.produce
 
     def spy(cycle_state, req, endpoints):
-        infos = produce(cycle_state, req, endpoints)
+        produce(cycle_state, req, endpoints)
+        infos = cycle_state.get(producer.produces[0])
         seen.append((dict(infos), dict(cycle_state.attribute_by_endpoint(PREFIX_MATCH_KEY))))
-        return infos
 
     producer.produce = spy
     picked = asyncio.run(burst(sched, [PROMPT] * 3, eps))

@@ -100,10 +100,10 @@ def test_a_gapped_pod_is_scored_as_the_approximate_index_would(sched):
         producer.set_kv_event_status(ep.name, GAPPED if ep.name == first else LIVE)
     # The live pods' events show nothing cached; the gapped one keeps its approximate match.
     assert target(sched, tokenized("r2"), eps) == first
-    # Two reads a request (prefix and no-hit-LRU scorers): r1 3 approximate; r2 2 precise + 1 approximate.
-    assert producer.info()["scored"] == {"precise": 2 * 2, "approximate": 2 * (3 + 1)}
+    # One match a request however many plugins read it: r1 3 approximate; r2 2 precise + 1 approximate.
+    assert producer.info()["scored"] == {"precise": 2, "approximate": 3 + 1}
     producer.set_kv_event_status(first, LIVE)  # now its (empty) events count: it loses the match
-    infos = producer.produce(CycleState(), tokenized("r3"), eps)
+    infos = producer.match_infos(CycleState(), tokenized("r3"), eps)
     assert infos[first].match_blocks == 0
 
 
@@ -178,9 +178,7 @@ def test_speculation_sends_a_repeat_where_its_prefix_was_just_sent(spec):
     other = "decode-b" if first != "decode-b" else "decode-a"
     holds(producer, other, TOKENS, 4)
     assert target(sched, tokenized("r2"), eps) == first
-    assert producer.info()["speculative"] == {
-        "entries": 8, "added": 2, "expired": 0, "requests": 2, "without_keys": 0
-    }
+    assert producer.info()["speculative"] == {"entries": 8, "added": 2, "expired": 0, "requests": 2, "without_keys": 0}
     # Past the TTL the prediction is gone: the pod whose events show blocks wins.
     producer.clock.now += 0.6
     assert target(sched, tokenized("r3"), eps) == other
@@ -192,7 +190,7 @@ def test_confirmed_blocks_outlive_the_prediction(spec):
     first = target(sched, tokenized("r1"), eps)
     holds(producer, first, TOKENS, 8)  # the engine cached what was predicted
     producer.clock.now += 10.0
-    infos = producer.produce(CycleState(), tokenized("r2"), eps)
+    infos = producer.match_infos(CycleState(), tokenized("r2"), eps)
     assert infos[first].match_blocks == 8
     assert producer.info()["speculative"]["entries"] == 0
 
@@ -206,9 +204,7 @@ def test_speculation_predicts_live_pods_only_and_forgets_a_pod_that_left(spec):
     producer.set_kv_event_status(first, GAPPED)  # scored approximately: not predicted precisely
     res = sched.schedule(tokenized("r2"), eps)
     chosen = res.profile_results[res.primary_profile_name].target_endpoints[0].name
-    assert producer.precise.speculative.match(producer.precise.keys(TOKENS)) == (
-        {} if chosen == first else {chosen: 8}
-    )
+    assert producer.precise.speculative.match(producer.precise.keys(TOKENS)) == ({} if chosen == first else {chosen: 8})
 
 
 def test_the_speculative_ttl_is_read_as_llm_d_reads_it():

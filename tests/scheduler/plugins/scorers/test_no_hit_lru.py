@@ -11,7 +11,7 @@ from scheduler.config import load_config
 from scheduler.errors import ConfigError
 from scheduler.plugins.scorers.no_hit_lru import NoHitLRUScorer
 from scheduler.types import ProfileRunResult, SchedulingResult
-from tests.scheduler.helpers import endpoint, fresh_state, request
+from tests.scheduler.helpers import as_in_profile, endpoint, request
 
 LONG = "a long shared system prompt that fills several cache blocks. " * 40
 
@@ -56,17 +56,17 @@ def decided(req_id, primary, prefill=None) -> SchedulingResult:
     ],
 )
 def test_cold_requests_score_by_lru(history, want):
-    _, s = scorer()
+    sched, s = scorer()
     for i, name in enumerate(history):
-        s.score(fresh_state(), request(prompt=f"cold {i}", request_id=f"h{i}"), EPS)
+        as_in_profile(sched, s, request(prompt=f"cold {i}", request_id=f"h{i}"), EPS)
         s.pre_request(request(request_id=f"h{i}"), decided(f"h{i}", name))
-    scores = s.score(fresh_state(), request(prompt="new", request_id="x"), EPS)
+    scores = as_in_profile(sched, s, request(prompt="new", request_id="x"), EPS)
     assert [scores[e] for e in EPS] == pytest.approx(want)
 
 
 def test_a_lone_candidate_scores_one():
-    _, s = scorer()
-    assert list(s.score(fresh_state(), request(prompt="x"), [endpoint("a")]).values()) == [1.0]
+    sched, s = scorer()
+    assert list(as_in_profile(sched, s, request(prompt="x"), [endpoint("a")]).values()) == [1.0]
 
 
 def test_a_warm_request_scores_neutral_and_leaves_the_lru():
@@ -74,16 +74,16 @@ def test_a_warm_request_scores_neutral_and_leaves_the_lru():
     eps = [endpoint("a"), endpoint("b"), endpoint("c")]
     first = sched.schedule(request(prompt=LONG, request_id="r1"), eps)  # cold: learns a prefix and the LRU
     lru_before = list(s.lru)
-    scores = s.score(fresh_state(), request(prompt=LONG, request_id="r2"), eps)
+    scores = as_in_profile(sched, s, request(prompt=LONG, request_id="r2"), eps)
     assert set(scores.values()) == {0.5}
     s.pre_request(request(request_id="r2"), first)
     assert list(s.lru) == lru_before
 
 
 def test_prefill_target_is_used_too_and_lru_size_bounds_it():
-    _, s = scorer(lruSize=2)
+    sched, s = scorer(lruSize=2)
     for i, (primary, prefill) in enumerate([("a", "p1"), ("b", None)]):
-        s.score(fresh_state(), request(prompt=f"c{i}", request_id=f"r{i}"), EPS)
+        as_in_profile(sched, s, request(prompt=f"c{i}", request_id=f"r{i}"), EPS)
         s.pre_request(request(request_id=f"r{i}"), decided(f"r{i}", primary, prefill))
     assert list(s.lru) == ["p1", "b"]  # a was evicted
 
@@ -103,13 +103,16 @@ def test_cold_requests_spread_over_every_endpoint_and_a_warm_one_sticks():
 @pytest.mark.parametrize(
     ("plugins", "expect"),
     [
-        ([{"type": "no-hit-lru-scorer"}], "needs prefix-cache match data"),
+        (
+            [{"type": "no-hit-lru-scorer"}],
+            "reads the data key 'prefix-cache-match-info/approx-prefix-cache-producer', which no plugin",
+        ),
         (
             [
                 {"type": "queue-scorer"},
                 {"type": "no-hit-lru-scorer", "parameters": {"prefixMatchInfoProducerName": "queue-scorer"}},
             ],
-            "is a queue-scorer, not an approx-prefix-cache-producer",
+            "is a queue-scorer, which produces no prefix-cache match",
         ),
         (
             [{"type": "queue-scorer", "name": "prefix-cache-scorer"}, {"type": "no-hit-lru-scorer"}],

@@ -12,7 +12,7 @@ from scheduler.config import load_config
 from scheduler.errors import ConfigError
 from scheduler.plugins.scorers.prefix_home_balance import PrefixHomeBalanceScorer
 from scheduler.types import ProfileRunResult, SchedulingResult
-from tests.scheduler.helpers import endpoint, fresh_state, request
+from tests.scheduler.helpers import as_in_profile, endpoint, fresh_state, request
 
 EPS = [endpoint("a"), endpoint("b"), endpoint("c")]
 
@@ -57,7 +57,7 @@ def test_a_cold_request_prefers_the_endpoint_holding_least(history, want):
     sched, s = scheduler()
     for i, (name, group) in enumerate(history):
         sent(sched, name, group_prompt(group), f"h{i}")
-    scores = s.score(fresh_state(), request(prompt=group_prompt(99), request_id="x"), EPS)
+    scores = as_in_profile(sched, s, request(prompt=group_prompt(99), request_id="x"), EPS)
     assert [scores[e] for e in EPS] == pytest.approx(want)
 
 
@@ -87,7 +87,7 @@ def test_min_max_or_relative_to_the_most_held(history, normalize, want):
     sched, s = scheduler(normalize=normalize)
     for i, (name, group) in enumerate(history):
         sent(sched, name, group_prompt(group), f"h{i}")
-    scores = s.score(fresh_state(), request(prompt=group_prompt(99), request_id="x"), EPS)
+    scores = as_in_profile(sched, s, request(prompt=group_prompt(99), request_id="x"), EPS)
     assert [scores[e] for e in EPS] == pytest.approx(want)
 
 
@@ -100,14 +100,14 @@ def test_a_warm_request_scores_every_endpoint_alike():
     sched, s = scheduler()
     sent(sched, "a", group_prompt(1), "h0")
     sent(sched, "a", group_prompt(2), "h1")
-    scores = s.score(fresh_state(), request(prompt=group_prompt(1, question=7), request_id="w"), EPS)
+    scores = as_in_profile(sched, s, request(prompt=group_prompt(1, question=7), request_id="w"), EPS)
     assert set(scores.values()) == {1.0}  # the choice is prefix affinity's
 
 
 def test_no_candidates_and_a_lone_candidate():
-    _, s = scheduler()
-    assert s.score(fresh_state(), request(prompt="x"), []) == {}
-    assert list(s.score(fresh_state(), request(prompt="x"), [endpoint("a")]).values()) == [1.0]
+    sched, s = scheduler()
+    assert as_in_profile(sched, s, request(prompt="x"), []) == {}
+    assert list(as_in_profile(sched, s, request(prompt="x"), [endpoint("a")]).values()) == [1.0]
 
 
 @pytest.mark.parametrize("with_balance", [True, False])
@@ -134,5 +134,7 @@ def test_new_groups_get_one_home_each_and_their_requests_follow(with_balance):
 
 
 def test_config_needs_prefix_match_data():
-    with pytest.raises(ConfigError, match="needs prefix-cache match data"):
+    with pytest.raises(
+        ConfigError, match="reads the data key 'prefix-cache-match-info/approx-prefix-cache-producer', which no plugin"
+    ):
         load_config({"plugins": [{"type": "prefix-home-balance-scorer"}]})
