@@ -43,7 +43,7 @@ from scheduler import (
 from scheduler.cycle_state import profile_error_key
 from scheduler.hooks import RequestHooks
 from scheduler.interfaces import bind_plugin_metrics, kv_event_sinks
-from scheduler.plugins.support.inflight import InFlightLedger
+from scheduler.plugins.support.inflight_ledger import InFlightLedger
 from scheduler.plugins.support.prefix.index import PrefixIndex
 from scheduler.trace import SchedulingTrace
 

@@ -8,7 +8,7 @@ over endpoints of the larger of the two ratios. No endpoints is saturation 1. Th
 at 1 or more (sheddable requests get 429). As a filter it keeps endpoints under
 capacity * (1 + headroom) in the mode's dimension(s), with no fail-open (llm-d's behaviour).
 
-Counts follow `inflight-load-producer` (scheduler/plugins/support/inflight_load.py) and are this
+Counts follow `inflight-load-producer` (scheduler/plugins/support/inflight_load_count.py) and are this
 instance's: at admission, each gateway replica counts its own traffic (as prefill-backlog-detector);
 as a filter, the profile actor counts every decision."""
 
@@ -20,8 +20,8 @@ from pydantic import Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Filter, Parameters, PluginHandle, SaturationDetector
-from scheduler.plugins.producers.inflight_load import inflight_load_for
-from scheduler.plugins.support.inflight_load import InFlightLoadHooks
+from scheduler.plugins.producers.inflight_load_producer import inflight_load_for
+from scheduler.plugins.support.inflight_load_count import InFlightLoadHooks
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 

@@ -51,10 +51,10 @@ from scheduler.interfaces import (
     TentativePreRequest,
 )
 from scheduler.plugins.filters.utilization_filter import Condition, within
-from scheduler.plugins.producers.inflight_load import inflight_load_for
+from scheduler.plugins.producers.inflight_load_producer import inflight_load_for
 from scheduler.plugins.producers.predicted_latency import PredictedLatencyProducer
 from scheduler.plugins.scorers.no_hit_lru import find_prefix_match_key
-from scheduler.plugins.support.inflight_load import InFlightLoad
+from scheduler.plugins.support.inflight_load_count import InFlightLoad
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 

@@ -3,7 +3,7 @@ drop an endpoint as soon as any condition's metric exceeds its `maxValue` (kept 
 
 Metrics: `running-requests`, `waiting-queue` and `kv-cache-utilization` (a fraction, maxValue <= 1)
 from the scraped metrics; `active-requests` from the requests this plugin instance counted in
-flight, as `inflight-load-producer` counts them (scheduler/plugins/support/inflight_load.py; in the
+flight, as `inflight-load-producer` counts them (scheduler/plugins/support/inflight_load_count.py; in the
 Ray path, per profile actor). With `fallbackOnEmpty`, a cycle that would drop every endpoint keeps
 them all. `inFlightLoadProducerName` is accepted only as the default name, `inflight-load-producer`
 (the one producer Ray EPP's consumers read)."""
@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Filter, Parameters, PluginHandle
-from scheduler.plugins.producers.inflight_load import InFlightLoadProducer, inflight_load_for
-from scheduler.plugins.support.inflight_load import InFlightLoadHooks
+from scheduler.plugins.producers.inflight_load_producer import InFlightLoadProducer, inflight_load_for
+from scheduler.plugins.support.inflight_load_count import InFlightLoadHooks
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 

@@ -34,8 +34,8 @@ from scheduler.interfaces import (
     ResponseComplete,
     ResponseFirstToken,
 )
-from scheduler.plugins.support.inflight import InFlightLedger
-from scheduler.plugins.support.inflight_load import CLIENT_OUTPUT_LIMITS
+from scheduler.plugins.support.inflight_ledger import InFlightLedger
+from scheduler.plugins.support.inflight_load_count import CLIENT_OUTPUT_LIMITS
 from scheduler.plugins.support.latency_model import TPOT_FEATURES, TTFT_FEATURES, LatencyModel
 from scheduler.plugins.support.prefill_ledger import prefill_target, prompt_tokens, uncached_tokens
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY

@@ -16,7 +16,7 @@ from pydantic import BeforeValidator, Field
 from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
 from scheduler.interfaces import Parameters, PluginHandle, ResponseComplete, Scorer, ScorerCategory, TentativePreRequest
-from scheduler.plugins.support.inflight import InFlightLedger, LedgerClock
+from scheduler.plugins.support.inflight_ledger import InFlightLedger, LedgerClock
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 

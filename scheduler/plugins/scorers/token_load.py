@@ -4,7 +4,7 @@ prefer endpoints with fewer estimated tokens, 1 - min(1, tokens / queueThreshold
 this request would add there: its prompt less what the endpoint has cached (the prefix-cache match
 a producer set this cycle; none: the whole prompt), so cache warmth and load are weighed in the
 same unit. Tokens are counted as `inflight-load-producer` says (scheduler/plugins/support/
-inflight_load.py), in this plugin instance: in the Ray path, per profile actor, which is told
+inflight_load_count.py), in this plugin instance: in the Ray path, per profile actor, which is told
 every decision."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pydantic import Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, PluginHandle, Scorer, ScorerCategory
-from scheduler.plugins.producers.inflight_load import inflight_load_for
-from scheduler.plugins.support.inflight_load import InFlightLoadHooks
+from scheduler.plugins.producers.inflight_load_producer import inflight_load_for
+from scheduler.plugins.support.inflight_load_count import InFlightLoadHooks
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest

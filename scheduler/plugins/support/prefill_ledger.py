@@ -18,7 +18,7 @@ from pydantic import BeforeValidator, Field
 from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
 from scheduler.interfaces import Parameters, PluginHandle, ResponseComplete, ResponseFirstToken, TentativePreRequest
-from scheduler.plugins.support.inflight import InFlightLedger, LedgerClock
+from scheduler.plugins.support.inflight_ledger import InFlightLedger, LedgerClock
 from scheduler.plugins.support.prefix.hashing import AVERAGE_CHARS_PER_TOKEN
 from scheduler.plugins.support.prefix.match_info import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult

@@ -11,7 +11,7 @@ from scheduler import Scheduler
 from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.config import load_config
 from scheduler.errors import ConfigError
-from scheduler.plugins.support.inflight_load import InFlightLoad, LoadEstimate
+from scheduler.plugins.support.inflight_load_count import InFlightLoad, LoadEstimate
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.types import Endpoint, ProfileRunResult, SchedulingResult
 from tests.scheduler.helpers import FakeClock, endpoint, fresh_state, names, request

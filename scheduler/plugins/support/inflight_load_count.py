@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.interfaces import ResponseComplete, ResponseFirstToken, TentativePreRequest
-from scheduler.plugins.support.inflight import InFlightLedger
+from scheduler.plugins.support.inflight_ledger import InFlightLedger
 from scheduler.plugins.support.prefill_ledger import prompt_tokens, uncached_tokens
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.types import LLMRequest, SchedulingResult

@@ -1,6 +1,6 @@
 """`inflight-load-producer` (llm-d's pkg/epp/framework/plugins/requestcontrol/dataproducer/
 inflightload): how in-flight requests and tokens are counted for `token-load-scorer` and
-`concurrency-detector` (scheduler/plugins/support/inflight_load.py has the rules).
+`concurrency-detector` (scheduler/plugins/support/inflight_load_count.py has the rules).
 
 llm-d keeps one count that its consumers read; here each consumer keeps its own count with this
 producer's parameters, because in the Ray path the consumers live in different processes (a profile
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from scheduler.interfaces import Parameters, Plugin, PluginHandle
-from scheduler.plugins.support.inflight_load import InFlightLoad, LoadEstimate
+from scheduler.plugins.support.inflight_load_count import InFlightLoad, LoadEstimate
 from scheduler.registry import register
 
 
