@@ -13,6 +13,10 @@ from scheduler.errors import ErrorCode, SchedulingError
 FILTER_FAILURE_KEY = "scheduler/filter-failure"
 
 
+# The profile whose producers are running (SchedulerProfile.run writes it before them): a producer
+# that keeps something per profile (the prefix producer's match, for its metrics) reads it.
+RUNNING_PROFILE: DataKey[str] = DataKey("scheduler/running-profile")
+
 T = TypeVar("T")
 D = TypeVar("D")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from scheduler.cycle_state import FILTER_FAILURE_KEY, CycleState
+from scheduler.cycle_state import FILTER_FAILURE_KEY, RUNNING_PROFILE, CycleState
 from scheduler.errors import ErrorCode, SchedulingError
 from scheduler.interfaces import Filter, Picker, PluginTimer, Producer, Scorer, Screener
 from scheduler.trace import ProfileTrace
@@ -59,6 +59,8 @@ class SchedulerProfile:
             start = time.perf_counter()
             kept = screener.screen(request, endpoints)
             endpoints = self._narrow(screener, "Screener", kept, endpoints, start, trace, timer)
+        if self.producers:
+            cycle_state.put(RUNNING_PROFILE, self.name)
         for producer in self.producers:
             start = time.perf_counter()
             producer.produce(cycle_state, request, endpoints)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from actors.metrics_hub import MetricsRecorder
 from scheduler import CycleState, ProfileRunResult, SchedulingResult, load_config
 from scheduler.config import build_plugins
+from scheduler.cycle_state import RUNNING_PROFILE
 from scheduler.hooks import RequestHooks
 from scheduler.interfaces import bind_plugin_metrics
 from scheduler.plugins.producers.approx_prefix import (
@@ -85,6 +86,25 @@ def test_only_the_instance_that_matched_the_chosen_endpoint_records():
     decode.learn(req, result)
     prefill.learn(request(prompt=PROMPT, request_id="pd"), result)
     assert observed(rec, HIT_BYTES)[0] == 1
+
+
+def test_in_profiles_only_the_primary_profiles_instance_records():
+    """P/D in the Ray path: each profile actor's producer matches the whole pool before its filters;
+    the decode actor's, whose profile is the primary, records the hit; the prefill actor's does not."""
+    decode, prefill = producer(), producer()
+    rec = MetricsRecorder()
+    decode.bind_metrics(rec)
+    prefill.bind_metrics(rec)
+    d, pf = endpoint("decode-0"), endpoint("prefill-0")
+    for instance, profile in ((decode, "decode"), (prefill, "prefill")):
+        state = CycleState()
+        state.put(RUNNING_PROFILE, profile)
+        instance.produce(state, request(prompt=PROMPT, request_id="pd"), [d, pf])
+    result = SchedulingResult({"decode": ProfileRunResult([d]), "prefill": ProfileRunResult([pf])}, "decode", "prefill")
+    decode.learn(request(prompt=PROMPT, request_id="pd"), result)
+    prefill.learn(request(prompt=PROMPT, request_id="pd"), result)
+    assert observed(rec, HIT_BYTES)[0] == 1
+    assert not decode._matches and not prefill._matches
 
 
 def test_matches_waiting_for_a_decision_are_bounded():

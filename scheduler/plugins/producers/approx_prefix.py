@@ -18,8 +18,9 @@ geometry, no 64-token floor, 256 blocks.
 Bound to a recorder (`bind_metrics`: in a profile actor), it exports llm-d's prefix-indexer
 families: the index's size (entries over every server's LRU), and per scheduled request the
 match on the chosen endpoint as a ratio of the prompt's blocks and in bytes (4 a token, llm-d's
-figure), observed where the decision is learned and only by the instance whose match covered that
-endpoint (in P/D, the decode profile's)."""
+figure), observed where the decision is learned and only by the instance that matched for the
+primary profile (in P/D, the decode profile's; outside a profile, the one whose match covered the
+target). Per request awaiting its decision it keeps the holders' matches only, not one per endpoint."""
 
 from __future__ import annotations
 
@@ -27,12 +28,13 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import ClassVar
 
 from pydantic import Field, model_validator
 
-from scheduler.cycle_state import CycleState
+from scheduler.cycle_state import RUNNING_PROFILE, CycleState
 from scheduler.data_keys import DataKey
 from scheduler.interfaces import Parameters, PluginHandle, PluginMetrics, PreRequest, Producer
 from scheduler.plugins.support.prefix import (
@@ -90,6 +92,17 @@ class ApproxPrefixCacheParameters(Parameters):
         return self
 
 
+@dataclass(slots=True)
+class _PendingMatch:
+    """A request's match, kept for the hit metrics until its decision: the profiles it was matched
+    for (or, outside a profile, the endpoints it covered) and the endpoints that held any of it."""
+
+    zero: PrefixCacheMatchInfo
+    profiles: set[str] = field(default_factory=set)
+    covered: set[str] = field(default_factory=set)
+    holders: dict[str, PrefixCacheMatchInfo] = field(default_factory=dict)
+
+
 @register
 class ApproxPrefixCacheProducer(Producer, PreRequest):
     type_name = "approx-prefix-cache-producer"
@@ -137,7 +150,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
         self._match_key: DataKey[tuple[int, int, dict[str, int]]] = DataKey(f"{self.type_name}/match", self.name)
         self._metrics: PluginMetrics | None = None
         self._metric_labels = self.metric_labels()
-        self._matches: OrderedDict[str, dict[str, PrefixCacheMatchInfo]] = OrderedDict()
+        self._matches: OrderedDict[str, _PendingMatch] = OrderedDict()
 
     # -- metrics -------------------------------------------------------------------------------
 
@@ -152,17 +165,32 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
         labels = self._metric_labels
         metrics.add_collector(lambda: {(INDEX_SIZE, labels): float(self.index.entries())})
 
-    def _remember_match(self, request_id: str, infos: dict[str, PrefixCacheMatchInfo]) -> None:
+    def _remember_match(
+        self, cycle_state: CycleState, request_id: str, infos: dict[str, PrefixCacheMatchInfo], total: int, size: int
+    ) -> None:
         matches = self._matches
-        matches[request_id] = infos
+        pending = matches.get(request_id)
+        if pending is None:
+            pending = matches[request_id] = _PendingMatch(PrefixCacheMatchInfo(0, total, size))
+        profile = cycle_state.get(RUNNING_PROFILE)
+        if profile is None:
+            pending.covered.update(infos)
+        else:
+            pending.profiles.add(profile)
+        pending.holders.update((name, info) for name, info in infos.items() if info.match_blocks)
         if len(matches) > MATCHES_KEPT:
             matches.popitem(last=False)
 
-    def _observe_hit(self, metrics: PluginMetrics, request_id: str, target: str) -> None:
-        infos = self._matches.pop(request_id, None)
-        info = None if infos is None else infos.get(target)
-        if info is None:  # matched elsewhere (another profile's actor), or long ago
+    def _observe_hit(self, metrics: PluginMetrics, request_id: str, result: SchedulingResult, target: str) -> None:
+        pending = self._matches.pop(request_id, None)
+        if pending is None:  # not matched here, or long ago
             return
+        if pending.profiles:
+            if result.primary_profile_name not in pending.profiles:  # another profile's actor chose it
+                return
+        elif target not in pending.covered:
+            return
+        info = pending.holders.get(target, pending.zero)
         metrics.observe(HIT_BYTES, info.match_tokens * CHARS_PER_TOKEN, self._metric_labels)
         if info.total_blocks:
             metrics.observe(HIT_RATIO, info.match_blocks / info.total_blocks, self._metric_labels)
@@ -215,7 +243,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
                 infos[server] = PrefixCacheMatchInfo(matched, total, block_size)
         cycle_state.set_endpoint_attributes(PREFIX_MATCH_KEY, infos)
         if self._metrics is not None:
-            self._remember_match(request.request_id, infos)
+            self._remember_match(cycle_state, request.request_id, infos, total, block_size)
         return infos
 
     def _match(
@@ -252,7 +280,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
             return
         self._learn_targets(request, state, targets)
         if self._metrics is not None:  # after learning: the index never waits on its metrics
-            self._observe_hit(self._metrics, request.request_id, targets[0].name)
+            self._observe_hit(self._metrics, request.request_id, result, targets[0].name)
 
     def _learn_targets(self, request: LLMRequest, state: tuple[int, int] | None, targets: list[Endpoint]) -> None:
         if state is not None:
