@@ -70,7 +70,7 @@ def test_pd_samples_use_the_split_producer_and_pick_both_roles(name):
     producers = [p for p in sched.plugins.values() if isinstance(p, ApproxPrefixCacheProducer)]
     scorer = next(p for p in sched.plugins.values() if isinstance(p, PrefixCacheScorer))
     assert len(producers) == 1 and scorer.match_key == producers[0].produces[0]
-    assert all(p.producers == producers for p in sched.profiles.values())  # each profile runs it
+    assert all(producers[0] in p.producers for p in sched.profiles.values())  # each profile runs it
     assert producers[0].max_prefix_tokens == 16384 and producers[0].lru_capacity == 31250
     assert producers[0].block_size_for([]) == 64  # llm-d's floor, also for sim-pd's blockSizeTokens 16
     eps = pool()

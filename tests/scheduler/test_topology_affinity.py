@@ -61,9 +61,12 @@ def built(cls, params=None, extractor=None):
 
 
 def with_peer(peer):
+    """A cycle state with the peer the handler published and what the extractor then wrote, as the
+    profile runs its producers before its filters."""
     state = fresh_state()
     if peer is not None:
         state.write(PEER_ENDPOINT_KEY, peer)
+    TopologyExtractor().produce(state, request(), CANDIDATES)
     return state
 
 

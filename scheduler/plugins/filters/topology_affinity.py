@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Filter, Parameters, PluginHandle
-from scheduler.plugins.producers.topology_extractor import topology_producer
+from scheduler.plugins.producers.topology_extractor import topologies_key
 from scheduler.plugins.support.topology import Level, peer_endpoint
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
@@ -37,16 +37,18 @@ class TopologyAffinityFilter(Filter):
 
     def setup(self, handle: PluginHandle) -> None:
         self.min_affinity = Level.parse(self.params.min_affinity)
-        self.producer = topology_producer(handle, self.params.topology_producer_name)
+        self.topologies = topologies_key(handle, self.params.topology_producer_name)
+        self.consumes = (self.topologies,)
 
     def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
         peer = peer_endpoint(cycle_state)
-        peer_topology = self.producer.topology(peer) if peer is not None else None
+        topologies = cycle_state.get(self.topologies, {})
+        peer_topology = topologies.get(peer.name) if peer is not None else None
         if peer_topology is None:
             return endpoints
         close = []
         for ep in endpoints:
-            topology = self.producer.topology(ep)
+            topology = topologies.get(ep.name)
             if topology is not None and topology.level_to(peer_topology) <= self.min_affinity:
                 close.append(ep)
         return close or endpoints

@@ -1,5 +1,7 @@
 """`topology-extractor` (llm-d's pkg/epp/framework/plugins/datalayer/extractor/topology/extractor.go):
-an endpoint's Topology from its pod labels, read by the topology-affinity filter and scorer.
+an endpoint's Topology from its pod labels. A Producer: before the profile's filters it writes the
+topology of every endpoint, and of the peer endpoint another profile chose (P/D's decode pick), under
+TOPOLOGIES, which the topology-affinity filter and scorer read.
 
 Labels, each renamable by a parameter: `hostname` (kubernetes.io/hostname), `rack`
 (topology.kubernetes.io/rack), `zone` (topology.kubernetes.io/zone), `region`
@@ -11,10 +13,15 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from scheduler.interfaces import Parameters, Plugin, PluginHandle
-from scheduler.plugins.support.topology import Topology
+from scheduler.cycle_state import CycleState
+from scheduler.data_keys import DataKey
+from scheduler.interfaces import Parameters, PluginHandle, Producer
+from scheduler.plugins.support.topology import Topology, peer_endpoint
 from scheduler.registry import register
-from scheduler.types import Endpoint
+from scheduler.types import Endpoint, LLMRequest
+
+# Per endpoint name (the profile's endpoints and the peer), its topology; None: it has none.
+TOPOLOGIES: DataKey[dict[str, Topology | None]] = DataKey("endpoint-topologies", "topology-extractor")
 
 
 class TopologyExtractorParameters(Parameters):
@@ -26,7 +33,7 @@ class TopologyExtractorParameters(Parameters):
 
 
 @register
-class TopologyExtractor(Plugin):
+class TopologyExtractor(Producer):
     type_name = "topology-extractor"
     Parameters = TopologyExtractorParameters
 
@@ -38,13 +45,23 @@ class TopologyExtractor(Plugin):
             p.zone or "topology.kubernetes.io/zone",
             p.region or "topology.kubernetes.io/region",
         )
+        self.produces = (TOPOLOGIES.of(self.name),)
+
+    def produce(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:
+        topologies = {ep.name: self.topology(ep) for ep in endpoints}
+        peer = peer_endpoint(cycle_state)
+        if peer is not None:
+            topologies[peer.name] = self.topology(peer)
+        cycle_state.put(self.produces[0], topologies)
 
     def topology(self, endpoint: Endpoint) -> Topology | None:
         values = [endpoint.labels.get(label, "") for label in self.labels]
         return Topology(*values) if any(values) else None
 
 
-def topology_producer(handle: PluginHandle, name: str) -> TopologyExtractor:
-    """The extractor a consumer reads: `name` (topologyProducerName), else the one named after the type.
-    llm-d only warns when there is none and then never filters or scores; here that is a load-time error."""
-    return handle.plugin_of_type(name or TopologyExtractor.type_name, TopologyExtractor, "topologyProducerName")
+def topologies_key(handle: PluginHandle, name: str) -> DataKey[dict[str, Topology | None]]:
+    """The key a consumer reads: that of the extractor `name` names (topologyProducerName), else the
+    one named after the type. llm-d only warns when there is none and then never filters or scores;
+    here that is a load-time error."""
+    extractor = handle.plugin_of_type(name or TopologyExtractor.type_name, TopologyExtractor, "topologyProducerName")
+    return extractor.produces[0]

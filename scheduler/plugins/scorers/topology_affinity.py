@@ -11,7 +11,7 @@ from pydantic import Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, PluginHandle, Scorer, ScorerCategory
-from scheduler.plugins.producers.topology_extractor import topology_producer
+from scheduler.plugins.producers.topology_extractor import topologies_key
 from scheduler.plugins.support.topology import Level, peer_endpoint
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
@@ -30,17 +30,19 @@ class TopologyAffinityScorer(Scorer):
     Parameters = TopologyAffinityScorerParameters
 
     def setup(self, handle: PluginHandle) -> None:
-        self.producer = topology_producer(handle, self.params.topology_producer_name)
+        self.topologies = topologies_key(handle, self.params.topology_producer_name)
+        self.consumes = (self.topologies,)
 
     def score(
         self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
     ) -> Mapping[Endpoint, float]:
         peer = peer_endpoint(cycle_state)
-        peer_topology = self.producer.topology(peer) if peer is not None else None
+        topologies = cycle_state.get(self.topologies, {})
+        peer_topology = topologies.get(peer.name) if peer is not None else None
         if peer_topology is None:
             return {ep: 0.0 for ep in endpoints}
         scores = {}
         for ep in endpoints:
-            topology = self.producer.topology(ep)
+            topology = topologies.get(ep.name)
             scores[ep] = LEVEL_SCORES[topology.level_to(peer_topology)] if topology is not None else 0.0
         return scores
