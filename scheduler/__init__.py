@@ -7,6 +7,7 @@ result = sched.schedule(request, endpoints)
 
 from scheduler.config import EndpointPickerConfig, build_plugins, dump_config, load_config, load_config_file
 from scheduler.cycle_state import CycleState
+from scheduler.data_keys import DataKey, RequestData
 from scheduler.errors import ConfigError, ErrorCode, SchedulingError
 from scheduler.interfaces import (
     Filter,
@@ -16,6 +17,7 @@ from scheduler.interfaces import (
     Plugin,
     PluginHandle,
     PreRequest,
+    Producer,
     ProfileHandler,
     Responder,
     ResponseComplete,
@@ -46,6 +48,7 @@ from scheduler.types import (
 __all__ = [
     "ConfigError",
     "CycleState",
+    "DataKey",
     "Endpoint",
     "EndpointPickerConfig",
     "ErrorCode",
@@ -58,9 +61,11 @@ __all__ = [
     "Plugin",
     "PluginHandle",
     "PreRequest",
+    "Producer",
     "ProfileHandler",
     "ProfileRunResult",
     "ProfileTrace",
+    "RequestData",
     "Responder",
     "ResponseComplete",
     "ResponseFirstToken",
