@@ -62,8 +62,8 @@ from scheduler import (
 )
 from scheduler.loop import CYCLE_SEED_KEY
 from scheduler.plugins.filters.roles import ROLE_LABEL
+from scheduler.plugins.producers.approx_prefix import ApproxPrefixCacheProducer
 from scheduler.plugins.scorers.prefill_backlog import PrefillBacklogScorer
-from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
 from serve_app.gateway.ray_runner import RayProfileRunner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def plugin_state(actor: Any) -> dict[str, Any]:
     """Run in a profile actor: its prefix index (server -> blocks in LRU order) and prefill ledger."""
     state: dict[str, Any] = {}
     for plugin in actor.profile.plugins():
-        if isinstance(plugin, PrefixCacheScorer):
+        if isinstance(plugin, ApproxPrefixCacheProducer):
             state["index"] = {name: list(entry.lru) for name, entry in plugin.index._servers.items()}
         elif isinstance(plugin, PrefillBacklogScorer):
             state["ledger"] = dict(plugin.backlog())

@@ -46,7 +46,7 @@ from scheduler import (
     load_config,
     load_config_file,
 )
-from scheduler.plugins.scorers.prefix_cache import PrefixCacheScorer
+from scheduler.plugins.producers.approx_prefix import ApproxPrefixCacheProducer
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, prefix_block_hashes
 from serve_app.cli.launch import DEFAULT_CONFIG
 
@@ -106,6 +106,8 @@ class Workload:
 
 # plugins that read the prefix scorer's match data and so cannot run without it
 NEEDS_PREFIX_DATA = {
+    "approx-prefix-cache-producer",
+    "gie-prefix-cache-producer",  # the combined scorer's, as the loader expands it
     "prefix-cache-scorer",
     "prefix-home-balance-scorer",
     "no-hit-lru-scorer",
@@ -193,7 +195,7 @@ def run(
         gc.collect()
         gc.freeze()
     main = one_pass(sched, workload.requests(decisions))
-    prefix = next(p for p in sched.plugins.values() if isinstance(p, PrefixCacheScorer))
+    prefix = next(p for p in sched.plugins.values() if isinstance(p, ApproxPrefixCacheProducer))
 
     # the breakdown pass: the same, with a plugin timer (which adds a call per plugin)
     timer = PluginTimes()
