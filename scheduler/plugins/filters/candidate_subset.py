@@ -34,7 +34,7 @@ from scheduler.data_keys import DataKey
 from scheduler.interfaces import Filter, Parameters, PluginHandle
 from scheduler.plugins.scorers.no_hit_lru import find_prefix_match_key
 from scheduler.plugins.support.cycle_rng import cycle_rng, salt
-from scheduler.plugins.support.prefix import PrefixCacheMatchInfo
+from scheduler.plugins.support.prefix import PREFIX_HOLDERS
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 
@@ -66,10 +66,11 @@ class CandidateSubsetFilter(Filter):
 
     def setup(self, handle: PluginHandle) -> None:
         p = self.params
-        self.match_key: DataKey[dict[str, PrefixCacheMatchInfo]] | None = None
+        self.holders_key: DataKey[dict[str, int]] | None = None
         if p.max_prefix_holders > 0:
-            self.match_key = find_prefix_match_key(handle, p.prefix_match_info_producer_name)
-            self.consumes = (self.match_key,)
+            producer = find_prefix_match_key(handle, p.prefix_match_info_producer_name).producer
+            self.holders_key = PREFIX_HOLDERS.of(producer)
+            self.consumes = (self.holders_key,)
         self.rng = random.Random()
         self.rng_salt = salt(self.rng)
 
@@ -78,9 +79,8 @@ class CandidateSubsetFilter(Filter):
         if len(endpoints) <= p.max_candidates:
             return endpoints
         chosen: dict[str, Endpoint] = {}
-        if self.match_key is not None:
-            infos = cycle_state.get(self.match_key, {})
-            counts = {ep.name: i.match_blocks for ep in endpoints if (i := infos.get(ep.name)) and i.match_blocks}
+        if self.holders_key is not None:
+            counts = cycle_state.get(self.holders_key, {})
             if counts:
                 ranked = heapq.nlargest(p.max_prefix_holders, zip(counts.values(), counts, strict=True))
                 keep = {name for _, name in ranked}

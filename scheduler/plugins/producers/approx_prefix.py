@@ -38,6 +38,7 @@ from scheduler.cycle_state import RUNNING_PROFILE, CycleState
 from scheduler.data_keys import DataKey
 from scheduler.interfaces import Parameters, PluginHandle, PluginMetrics, PreRequest, Producer
 from scheduler.plugins.support.prefix import (
+    PREFIX_HOLDERS,
     PREFIX_MATCH_INFO,
     PREFIX_MATCH_KEY,
     PrefixCacheMatchInfo,
@@ -142,7 +143,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
         self.inactive_check_seconds = INACTIVE_SERVER_CHECK_SECONDS
         self.next_check = time.monotonic() + self.inactive_check_seconds
         self.unseen: set[str] = set()  # indexed servers not yet seen in this check interval
-        self.produces = (PREFIX_MATCH_INFO.of(self.name),)
+        self.produces = (PREFIX_MATCH_INFO.of(self.name), PREFIX_HOLDERS.of(self.name))
         # Per request, in its derived data: the (block size, max blocks) it was matched with, for learn().
         self.state_key: DataKey[tuple[int, int]] = DataKey(f"{self.type_name}/geometry", self.name)
         self._learned_key: DataKey[bool] = DataKey(f"{self.type_name}/learned", self.name)
@@ -232,11 +233,13 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
     def match_infos(
         self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
     ) -> dict[str, PrefixCacheMatchInfo]:
-        """A PrefixCacheMatchInfo per endpoint name, also set as the PREFIX_MATCH_KEY attribute."""
+        """A PrefixCacheMatchInfo per endpoint name, also set as the PREFIX_MATCH_KEY attribute; the
+        holders' matched blocks go under PREFIX_HOLDERS."""
         if not endpoints:
             return {}
         names = list(map(_name, endpoints))
         counts, total, block_size = self._match(cycle_state, request, endpoints, names)
+        cycle_state.put(self.produces[1], counts)
         infos = dict.fromkeys(names, PrefixCacheMatchInfo(0, total, block_size))
         for server, matched in counts.items():
             if server in infos:

@@ -33,6 +33,7 @@ from scheduler.interfaces import DataPreparer, Parameters, PluginHandle, Produce
 from scheduler.plugins.producers.token_producer import TokenProducer
 from scheduler.plugins.support.burst_assign import UNLIMITED, BurstEntry, assign
 from scheduler.plugins.support.prefix import (
+    PREFIX_HOLDERS,
     PREFIX_MATCH_INFO,
     PREFIX_MATCH_KEY,
     PrefixCacheMatchInfo,
@@ -107,7 +108,7 @@ class BurstPrefixCacheProducer(DataPreparer, Producer):
         self._window: _Window | None = None
         self._tokenizing = asyncio.Lock()
         self._key: DataKey[tuple[str | None, int]] = DataKey(f"{self.type_name}/assigned", self.name)
-        self.produces = (PREFIX_MATCH_INFO.of(self.name),)
+        self.produces = (PREFIX_MATCH_INFO.of(self.name), PREFIX_HOLDERS.of(self.name))
         self.sealed_windows = 0
         self.full_rejections = 0
 
@@ -164,6 +165,7 @@ class BurstPrefixCacheProducer(DataPreparer, Producer):
         infos = {ep.name: PrefixCacheMatchInfo(total if ep.name == assigned else 0, total, size) for ep in endpoints}
         cycle_state.set_endpoint_attributes(PREFIX_MATCH_KEY, infos)
         cycle_state.put(self.produces[0], infos)
+        cycle_state.put(self.produces[1], {assigned: total} if assigned is not None and total else {})
 
     def geometry(self, endpoints: list[Endpoint]) -> tuple[int, int]:
         return self.block_size_tokens, self.max_blocks

@@ -13,13 +13,19 @@ from scheduler.plugins.support.prefix.hashing import (
     set_prefix_block_hashes,
 )
 from scheduler.plugins.support.prefix.index import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
-from scheduler.plugins.support.prefix.match_info import PREFIX_MATCH_INFO, PREFIX_MATCH_KEY, PrefixCacheMatchInfo
+from scheduler.plugins.support.prefix.match_info import (
+    PREFIX_HOLDERS,
+    PREFIX_MATCH_INFO,
+    PREFIX_MATCH_KEY,
+    PrefixCacheMatchInfo,
+)
 
 __all__ = [
     "AVERAGE_CHARS_PER_TOKEN",
     "DEFAULT_BLOCK_SIZE_TOKENS",
     "DEFAULT_LRU_CAPACITY_PER_SERVER",
     "DEFAULT_MAX_PREFIX_BLOCKS",
+    "PREFIX_HOLDERS",
     "PREFIX_MATCH_INFO",
     "PREFIX_MATCH_KEY",
     "PrefixCacheMatchInfo",

@@ -42,6 +42,9 @@ class PrefixCacheMatchInfo(NamedTuple):
 PREFIX_MATCH_INFO: DataKey[dict[str, PrefixCacheMatchInfo]] = DataKey(
     "prefix-cache-match-info", "approx-prefix-cache-producer"
 )
+# Beside it, matched blocks per server that holds any of the prompt (the index's holders, maybe
+# beyond this pool): what a plugin that bounds a large pool reads, at the cost of the holders alone.
+PREFIX_HOLDERS: DataKey[dict[str, int]] = DataKey("prefix-cache-holders", "approx-prefix-cache-producer")
 
 
 def prefix_match_key(
