@@ -127,6 +127,7 @@ class GatewayCore:
         else:
             self.runner = RayProfileRunner(
                 profile_actors,
+                built.body_fields,
                 s.shard_key_tokens,
                 s.shard_session_header,
                 call_timeout_s=s.profile_call_timeout_s,

@@ -15,10 +15,16 @@ from ray.serve._private.common import RequestMetadata
 from ray.serve.request_router import PendingRequest
 
 from bench.llm_router_decision import replicas, router
-from serve_app.llm_router.requests import body_of
+from serve_app.llm_router.requests import request_of
 
 SYSTEM = "a long shared system prompt for every API " * 30
 CHAT = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"}]}
+
+
+def body_of(args: list[Any], method: str) -> dict[str, Any]:
+    """What the router's scheduler sees of a call's body (the default config's plugins)."""
+    meta = RequestMetadata(request_id="r", internal_request_id="r", call_method=method)
+    return request_of(PendingRequest(args=args, kwargs={}, metadata=meta), "m", ("prompt", "messages")).body
 
 
 class EmbeddingChatRequest(BaseModel):  # vLLM's, with the fields that matter here
@@ -39,10 +45,10 @@ class TranscriptionRequest(BaseModel):
 
 
 def test_each_methods_body_is_seen_through_its_apis_view():
-    seen = body_of([CHAT], {}, "chat")
+    seen = body_of([CHAT], "chat")
     assert seen["messages"] == CHAT["messages"]
-    responses = body_of([{"model": "m", "instructions": SYSTEM, "input": "q"}], {}, "responses")
-    anthropic = body_of([{"model": "m", "system": SYSTEM, "messages": [{"role": "user", "content": "q"}]}], {},
+    responses = body_of([{"model": "m", "instructions": SYSTEM, "input": "q"}], "responses")
+    anthropic = body_of([{"model": "m", "system": SYSTEM, "messages": [{"role": "user", "content": "q"}]}],
                         "messages")  # fmt: skip
     assert responses["messages"] == anthropic["messages"] == CHAT["messages"]  # one conversation, one prefix
     for method, request in [
@@ -52,10 +58,10 @@ def test_each_methods_body_is_seen_through_its_apis_view():
         ("embeddings", {"model": "m", "input": SYSTEM}),
         ("score", {"model": "m", "text_1": SYSTEM, "text_2": "x"}),
     ]:
-        body = body_of([request], {}, method)
+        body = body_of([request], method)
         assert body.get("model") == "m" and not {"prompt", "messages", "input"} & set(body), (method, body)
-    assert body_of([{"model": "m"}], {}, "chat") == {"model": "m"}  # invalid: by load; the replica answers it
-    assert body_of([CHAT], {}, "__call__") is CHAT  # a method of one's own: as it is
+    assert body_of([{"model": "m"}], "chat") == {"model": "m"}  # invalid: by load; the replica answers it
+    assert body_of([CHAT], "__call__") is CHAT  # a method of one's own: as it is
 
 
 def test_the_router_draws_a_conversation_to_its_prefix_and_routes_the_rest_by_load():

@@ -14,6 +14,7 @@ import logging
 
 from pydantic import Field
 
+from scheduler.body_fields import PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, PDDecider, PluginHandle
 from scheduler.plugins.support.prefix import AVERAGE_CHARS_PER_TOKEN, PREFIX_MATCH_KEY, PrefixCacheMatchInfo
@@ -42,6 +43,7 @@ def input_tokens(request: LLMRequest) -> int:
 @register
 class PrefixBasedPDDecider(PDDecider):
     type_name = "prefix-based-pd-decider"
+    body_fields = PROMPT_FIELDS  # the prompt's length
     Parameters = PrefixBasedPDDeciderParameters
 
     def setup(self, handle: PluginHandle) -> None:

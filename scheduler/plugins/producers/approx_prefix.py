@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from pydantic import Field, model_validator
 
+from scheduler.body_fields import CACHE_SALT_FIELDS, PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, Plugin, PluginHandle, PluginMetrics
 from scheduler.plugins.support.prefix import (
@@ -89,6 +90,7 @@ class ApproxPrefixCacheParameters(Parameters):
 @register
 class ApproxPrefixCacheProducer(Plugin):
     type_name = "approx-prefix-cache-producer"
+    body_fields = PROMPT_FIELDS | CACHE_SALT_FIELDS  # the prompt's block hashes
     Parameters = ApproxPrefixCacheParameters
     # llm-d's prefix_indexer families are this producer's; the precise one (a subclass) has none.
     exports_indexer_metrics: ClassVar[bool] = True

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from scheduler.body_fields import CACHE_SALT_FIELDS, PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, PluginHandle, PluginMetrics, PreRequest, Scorer, ScorerCategory
 from scheduler.plugins.producers.approx_prefix import (
@@ -83,6 +84,7 @@ class PrefixCacheParameters(Parameters):
 @register
 class PrefixCacheScorer(Scorer, PreRequest):
     type_name = "prefix-cache-scorer"
+    body_fields = PROMPT_FIELDS | CACHE_SALT_FIELDS  # its own producer's, in GIE's combined form
     category = ScorerCategory.AFFINITY
     Parameters = PrefixCacheParameters
 
