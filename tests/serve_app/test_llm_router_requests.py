@@ -8,6 +8,7 @@ stood in by pydantic models with their fields."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from pydantic import BaseModel
@@ -15,7 +16,9 @@ from ray.serve._private.common import RequestMetadata
 from ray.serve.request_router import PendingRequest
 
 from bench.llm_router_decision import replicas, router
-from serve_app.llm_router.requests import request_of
+from serve_app.gateway.parsing import parse_request
+from serve_app.gateway.settings import GatewaySettings
+from serve_app.llm_router.requests import METHOD_PATHS, request_of
 
 SYSTEM = "a long shared system prompt for every API " * 30
 CHAT = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"}]}
@@ -62,6 +65,22 @@ def test_each_methods_body_is_seen_through_its_apis_view():
         assert body.get("model") == "m" and not {"prompt", "messages", "input"} & set(body), (method, body)
     assert body_of([{"model": "m"}], "chat") == {"model": "m"}  # invalid: by load; the replica answers it
     assert body_of([CHAT], "__call__") is CHAT  # a method of one's own: as it is
+
+
+def test_the_router_and_the_gateway_make_the_same_request_of_a_body():
+    """One way to make the scheduler's request (api_views.scheduling_request): what the gateway and
+    ext_proc parse from HTTP and what a Serve router reads from a handle call agree."""
+    for method, body in [
+        ("chat", CHAT | {"cache_salt": "s", "max_tokens": 3}),
+        ("completions", {"model": "m", "prompt": SYSTEM}),
+        ("responses", {"model": "m", "instructions": SYSTEM, "input": "q"}),
+        ("messages", {"model": "m", "system": SYSTEM, "messages": [{"role": "user", "content": "q"}]}),
+        ("embeddings", {"model": "m", "input": SYSTEM}),
+    ]:
+        gateway = parse_request(json.dumps(body).encode(), {}, METHOD_PATHS[method], GatewaySettings(), None)
+        meta = RequestMetadata(request_id="r", internal_request_id="r", call_method=method)
+        router = request_of(PendingRequest(args=[body], kwargs={}, metadata=meta), "deployment")
+        assert (router.body, router.target_model) == (gateway.llm_request.body, gateway.llm_request.target_model)
 
 
 def test_the_router_draws_a_conversation_to_its_prefix_and_routes_the_rest_by_load():
