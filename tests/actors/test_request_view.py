@@ -71,6 +71,13 @@ def request() -> LLMRequest:
     return LLMRequest("view-1", "m", body, headers, priority=2, excluded_endpoints=frozenset({"pod-c"}))
 
 
+def started(cfg) -> dict:
+    """The config's profile actors, once each answers (they start while the machine is busy)."""
+    actors = start_router_profile_actors(cfg, namespace=RAY_TEST_NAMESPACE, options=OPTIONS)
+    ray.get([a.info.remote() for a in actors.values()], timeout=120)
+    return actors
+
+
 def recorder_hook_views(actor) -> list:
     def read(self) -> list:  # runs in the actor
         return next(p.hook_views for p in self.profile.plugins() if p.type_name == RECORDER)
@@ -82,7 +89,7 @@ async def through_actors(cfg, actors: dict, req: LLMRequest) -> tuple[dict, list
     """As the gateway schedules: the loop and handler here, the profile in its actor, then the
     PreRequest event; returns the recorder's view from the result and its PreRequest's views."""
     built = build_plugins(cfg)
-    runner = RayProfileRunner(actors, built.body_fields)
+    runner = RayProfileRunner(actors, built.body_fields, call_timeout_s=60)
     result = await schedule_cycles(built.handler, {n: n for n in actors}, runner, req, ENDPOINTS, CycleState())
     runner.pre_request(req, result)
     await asyncio.sleep(0.1)  # the event leaves on its own (notify_delay_s)
@@ -101,9 +108,8 @@ def test_a_plugin_sees_the_same_request_in_process_and_in_a_profile_actor(ray_se
     local_view = result.target.attributes[REQUEST_VIEW_KEY]
     local_hooks = in_process.plugins[RECORDER].hook_views
 
-    actors = start_router_profile_actors(cfg, namespace=RAY_TEST_NAMESPACE, options=OPTIONS)
     try:
-        remote_view, remote_hooks = asyncio.run(through_actors(cfg, actors, req))
+        remote_view, remote_hooks = asyncio.run(through_actors(cfg, started(cfg), req))
     finally:
         stop_router_profile_actors(cfg, namespace=RAY_TEST_NAMESPACE)
 
@@ -122,15 +128,14 @@ def test_a_plugin_that_reads_an_undeclared_field_fails_on_both_paths(ray_session
         Scheduler.from_config(cfg).schedule(request(), ENDPOINTS)
 
     async def run(actors: dict) -> str:
-        runner = RayProfileRunner(actors, build_plugins(cfg).body_fields)
+        runner = RayProfileRunner(actors, build_plugins(cfg).body_fields, call_timeout_s=60)
         state = CycleState()
         results = await runner(["default"], request(), state, ENDPOINTS, None)
         assert results == {"default": None}
         return state.read(profile_error_key("default")).message
 
-    actors = start_router_profile_actors(cfg, namespace=RAY_TEST_NAMESPACE, options=OPTIONS)
     try:
-        message = asyncio.run(run(actors))
+        message = asyncio.run(run(started(cfg)))
     finally:
         stop_router_profile_actors(cfg, namespace=RAY_TEST_NAMESPACE)
     assert "UndeclaredBodyField" in message and "'user' without declaring it" in message, message
