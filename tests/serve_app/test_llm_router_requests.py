@@ -24,10 +24,19 @@ SYSTEM = "a long shared system prompt for every API " * 30
 CHAT = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"}]}
 
 
-def body_of(args: list[Any], method: str) -> dict[str, Any]:
-    """What the router's scheduler sees of a call's body (the default config's plugins)."""
+def pending(args: list[Any], method: str) -> PendingRequest:
+    """A handle call as the router gets it (made on a loop: it holds a future)."""
     meta = RequestMetadata(request_id="r", internal_request_id="r", call_method=method)
-    return request_of(PendingRequest(args=args, kwargs={}, metadata=meta), "m", ("prompt", "messages")).body
+
+    async def make() -> PendingRequest:
+        return PendingRequest(args=args, kwargs={}, metadata=meta)
+
+    return asyncio.run(make())
+
+
+def body_of(args: list[Any], method: str) -> dict[str, Any]:
+    """What the router's scheduler sees of a call's body (plugins that read the prompt)."""
+    return request_of(pending(args, method), "m", ("prompt", "messages")).body
 
 
 class EmbeddingChatRequest(BaseModel):  # vLLM's, with the fields that matter here
@@ -78,8 +87,7 @@ def test_the_router_and_the_gateway_make_the_same_request_of_a_body():
         ("embeddings", {"model": "m", "input": SYSTEM}),
     ]:
         gateway = parse_request(json.dumps(body).encode(), {}, METHOD_PATHS[method], GatewaySettings(), None)
-        meta = RequestMetadata(request_id="r", internal_request_id="r", call_method=method)
-        router = request_of(PendingRequest(args=[body], kwargs={}, metadata=meta), "deployment")
+        router = request_of(pending([body], method), "deployment")
         assert (router.body, router.target_model) == (gateway.llm_request.body, gateway.llm_request.target_model)
 
 
