@@ -49,21 +49,17 @@ def readable_body_fields(
 ) -> dict[str, frozenset[str]]:
     """Per plugin name: what it may read, its declared fields and those of every plugin it uses
     (`uses`: the names each looked up while built), through any depth."""
-    out: dict[str, frozenset[str]] = {}
 
-    def visit(name: str, path: tuple[str, ...]) -> frozenset[str]:
-        if name in out:
-            return out[name]
-        fields = declared_body_fields(plugins[name])
-        for used in uses.get(name, ()):
-            if used in plugins and used not in path:
-                fields |= visit(used, (*path, used))
-        out[name] = fields
-        return fields
+    def reach(name: str) -> set[str]:
+        seen, todo = {name}, [name]
+        while todo:
+            for used in uses.get(todo.pop(), ()):
+                if used in plugins and used not in seen:
+                    seen.add(used)
+                    todo.append(used)
+        return seen
 
-    for name in plugins:
-        visit(name, (name,))
-    return out
+    return {name: frozenset().union(*(declared_body_fields(plugins[n]) for n in reach(name))) for name in plugins}
 
 
 def checking_body_reads() -> bool:

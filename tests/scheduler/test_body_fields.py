@@ -53,11 +53,10 @@ def test_a_plugin_may_read_what_the_plugins_it_looked_up_declare():
     body = {"model": "m", "prompt": "a prompt " * 40, "cache_salt": "s", "temperature": 0.1}
     scheduler.schedule(LLMRequest("r", "m", body), [endpoint("a"), endpoint("b")])  # no UndeclaredBodyField
 
-    plugins = {"scorer": QueueScorer(), "producer": ApproxPrefixCacheProducer(), "other": QueueScorer()}
-    readable = readable_body_fields(plugins, {"scorer": ["producer"], "producer": ["scorer"]})  # a cycle ends
-    assert readable == {
-        "scorer": PROMPT_FIELDS | CACHE_SALT_FIELDS, "producer": PROMPT_FIELDS | CACHE_SALT_FIELDS, "other": set()
-    }  # fmt: skip
+    plugins = {"a": QueueScorer(), "b": QueueScorer(), "producer": ApproxPrefixCacheProducer(), "alone": QueueScorer()}
+    readable = readable_body_fields(plugins, {"a": ["b"], "b": ["a", "producer"]})  # through any depth, a circle too
+    prefix = PROMPT_FIELDS | CACHE_SALT_FIELDS
+    assert readable == {"a": prefix, "b": prefix, "producer": prefix, "alone": set()}
 
 
 def test_a_configs_union_is_what_crosses_to_a_profile_actor():
