@@ -1,6 +1,8 @@
 """What the gateway sends a profile actor and what comes back: plain slotted dataclasses, pickled by
-Ray. A batch is a list of these, one per coalesced request. A request travels with the part of its
-body that scheduling reads (`for_scheduling`), not the whole body."""
+Ray. A batch is a list of these, one per coalesced request. A request travels with the fields of
+its body that the config's plugins declare (`LLMRequest.with_body_fields(BuiltScheduler.body_fields)`,
+scheduler/body_fields.py), not the whole body: fewer bytes per call, and nothing else of a client's
+body can make a batch unpicklable."""
 
 from __future__ import annotations
 
@@ -8,26 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler import CycleState, Endpoint, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
-
-# The body fields plugins read: the prompt text (completion prompt, or chat messages, which also
-# tell multimodal content apart) and the prefix-cache salt; `model` for plugins that read the body's
-# own model name; the client's output limit, which `inflight-load-producer` estimates output by and
-# `predicted-latency-producer` divides decode time by (TPOT). Other generation parameters, tools,
-# response formats and the like stay in the gateway.
-SCHEDULING_BODY_FIELDS = (
-    "model", "prompt", "messages", "cache_salt", "max_tokens", "max_completion_tokens", "max_output_tokens",
-)  # fmt: skip
-
-
-def for_scheduling(request: LLMRequest) -> LLMRequest:
-    """The request as profile actors need it: identity, headers, priority, exclusions and the
-    body fields scheduling reads. Fewer bytes per call, and nothing else of a client's body can
-    make a batch unpicklable."""
-    body = request.body
-    return LLMRequest(
-        request.request_id, request.target_model, {k: body[k] for k in SCHEDULING_BODY_FIELDS if k in body},
-        request.headers, request.priority, request.received_at, request.excluded_endpoints,
-    )  # fmt: skip
 
 
 @dataclass(slots=True)

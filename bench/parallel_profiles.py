@@ -42,12 +42,13 @@ import pickle
 import random
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from actors.protocol import ProfileCall, for_scheduling
+from actors.protocol import ProfileCall
 from bench.scheduler_decision import Workload, load_feedback, machine, make_endpoints
 from scheduler import (
     CycleState,
@@ -151,9 +152,10 @@ class ActorPath:
         self.config = config
         self.actors = start_router_profile_actors(config, namespace=NAMESPACE, options={"push_plugin_metrics": False})
         ray.get([a.__ray_call__.remote(same_tie_salt) for a in self.actors.values()], timeout=120)
-        self.handler = build_plugins(load_config(config)).handler
+        built = build_plugins(load_config(config))
+        self.handler = built.handler
         self.profiles = {name: name for name in self.actors}
-        self.runner = RayProfileRunner(self.actors)
+        self.runner = RayProfileRunner(self.actors, built.body_fields)
 
     async def schedule(self, request: LLMRequest, endpoints: list[Endpoint], seed: int) -> SchedulingResult:
         state = CycleState()
@@ -204,9 +206,9 @@ def pct_ms(values: list[float], q: float) -> float:
     return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 3)
 
 
-def call_pickle_us(request: LLMRequest, endpoints: list[Endpoint]) -> tuple[float, int]:
+def call_pickle_us(request: LLMRequest, endpoints: list[Endpoint], body_fields: Collection[str]) -> tuple[float, int]:
     """What a call with its endpoints costs to pickle (median µs) and its size in bytes."""
-    call = ProfileCall(for_scheduling(request), CycleState(), False, endpoints)
+    call = ProfileCall(request.with_body_fields(body_fields), CycleState(), False, endpoints)
     times = []
     for _ in range(21):
         t0 = time.perf_counter()
@@ -282,7 +284,9 @@ async def pd_rows(sizes: list[int], decisions: int, warmup: int, seed: int) -> l
                 figures = await compare(sides, workload, endpoints, rng, warmup, decisions)
                 after = {name: await sides[name].calls() for name in (SEQUENTIAL, ONE_ROUND)}
                 calls = {name: {p: after[name][p] - before[name][p] for p in after[name]} for name in after}
-                pickle_us, pickle_bytes = call_pickle_us(next(iter(workload.requests(1))), endpoints)
+                pickle_us, pickle_bytes = call_pickle_us(
+                    next(iter(workload.requests(1))), endpoints, sides[SEQUENTIAL].runner.body_fields
+                )
                 rows.append({
                     "endpoints": n, "prompt": kind, "prompt_bytes": size, **figures, "actor_calls": calls,
                     "call_pickle_us": pickle_us, "call_bytes": pickle_bytes, "load_average": round(load, 2),

@@ -33,7 +33,7 @@ import ray
 from actors.profile_actor import ProfileActor
 from actors.snapshot_delta import DeltaLog
 from bench.scheduler_decision import Workload, make_endpoints
-from scheduler import CycleState, SchedulingResult, dump_config, load_config_file
+from scheduler import CycleState, SchedulingResult, build_plugins, dump_config, load_config, load_config_file
 from serve_app.cli.launch import DEFAULT_CONFIG
 from serve_app.gateway.ray_runner import RayProfileRunner
 
@@ -97,7 +97,7 @@ def measure(pods: int, seconds: float, concurrency: int, warmup_s: float, seed: 
         workload = Workload(rng, 8192, 64)
 
         async def run() -> tuple[int, float, float, float]:
-            runner = RayProfileRunner({"default": actor})
+            runner = RayProfileRunner({"default": actor}, build_plugins(load_config(config)).body_fields)
             await drive(runner, workload, concurrency, warmup_s)  # the channel, the prefix index warm up
             a0, d0, t0 = cpu_s(actor_proc), cpu_s(me), time.perf_counter()
             n = await drive(runner, workload, concurrency, seconds)

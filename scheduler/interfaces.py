@@ -78,6 +78,9 @@ class Plugin(ABC):  # noqa: B024 (the abstract methods are those of the roles a 
 
     type_name: ClassVar[str] = ""
     Parameters: ClassVar[type[Parameters]] = NoParameters
+    # The fields of a request's body the plugin reads, by name (scheduler/body_fields.py): a profile
+    # actor gets only those its config's plugins declare. A class's and its bases' add up.
+    body_fields: ClassVar[frozenset[str]] = frozenset()
     consumes: tuple[DataKey[Any], ...] = ()
 
     def __init__(self, name: str | None = None, params: Any = None, handle: PluginHandle | None = None) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -270,13 +270,19 @@ class LLMRequest:
     def sheddable(self) -> bool:
         return self.priority < 0
 
-    def without_body(self) -> LLMRequest:
-        """The request's identity (id, model, headers, priority) without its body or derived data: what a
-        response event needs, at a fraction of the bytes to send to another process."""
+    def with_body_fields(self, fields: Collection[str]) -> LLMRequest:
+        """The request's identity (id, model, headers, priority, exclusions) with only `fields` of
+        its body (those it has) and no derived data: what crosses to a profile actor, where plugins read
+        only the fields they declare (scheduler/body_fields.py)."""
+        body = self.body
         return LLMRequest(
-            self.request_id, self.target_model, {}, self.headers, self.priority, self.received_at,
-            self.excluded_endpoints,
+            self.request_id, self.target_model, {k: body[k] for k in fields if k in body}, self.headers,
+            self.priority, self.received_at, self.excluded_endpoints,
         )  # fmt: skip
+
+    def without_body(self) -> LLMRequest:
+        """The request without its body: what a response event needs, at a fraction of the bytes."""
+        return self.with_body_fields(())
 
     @property
     def critical(self) -> bool:

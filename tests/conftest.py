@@ -10,6 +10,9 @@ import pytest
 RAY_TEST_NAMESPACE = "ray-epp-tests"
 # The gateway tests' replicas serve this port (serve_app/gateway/ingress.py); Serve's proxy at +88.
 GATEWAY_TEST_PORT = int(os.environ.get("EPP_TEST_PORT", "18400"))  # several checkouts may test at once
+# Every plugin built from a config in a test, in process or in an actor (Ray's processes inherit
+# this), sees only the body fields it declares (scheduler/body_fields.py): an undeclared read fails.
+os.environ.setdefault("RAY_EPP_CHECK_BODY_READS", "1")
 
 
 @pytest.fixture(scope="session")

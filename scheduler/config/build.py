@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from scheduler.body_fields import check_body_reads, checking_body_reads, readable_body_fields
 from scheduler.config.data_flow import profile_producers
 from scheduler.config.models import EndpointPickerConfig
 from scheduler.errors import ConfigError
@@ -20,19 +21,25 @@ class BuiltScheduler:
     profiles: dict[str, SchedulerProfile]
     plugins: dict[str, Plugin]
     saturation_detector: str | None = None  # the detector the config names for admission, if any
+    # The body fields the config's plugins read (scheduler/body_fields.py): all a profile actor gets.
+    body_fields: frozenset[str] = field(default_factory=frozenset)
 
 
 def build_plugins(cfg: EndpointPickerConfig, only_profiles: list[str] | None = None) -> BuiltScheduler:
     """Fresh plugin instances for `cfg` (already through `load_config`).
 
     A plugin referenced by several profiles is one instance, as in GIE. `only_profiles` builds
-    just those profiles (a profile actor owns one)."""
+    just those profiles (a profile actor owns one). Every plugin is built either way: the body
+    fields are the whole config's, so each actor gets the same body."""
     specs = {spec.name: spec for spec in cfg.plugins}
     built: dict[str, Plugin] = {}
     building: list[str] = []
+    uses: dict[str, set[str]] = {}  # the plugins each one looked up while it was built
     errors: list[str] = []
 
     def resolve(name: str) -> Plugin:
+        if building:
+            uses.setdefault(building[-1], set()).add(name)
         if name in built:
             return built[name]
         spec = specs.get(name)
@@ -59,6 +66,10 @@ def build_plugins(cfg: EndpointPickerConfig, only_profiles: list[str] | None = N
             errors.append(f"plugin {name!r} (type {spec.type}): {msg}")
     if errors:
         raise ConfigError(errors)
+    readable = readable_body_fields(built, uses)
+    if checking_body_reads():
+        for name, plugin in built.items():
+            check_body_reads(plugin, readable[name])
 
     profiles: dict[str, SchedulerProfile] = {}
     screeners = [p for p in built.values() if isinstance(p, Screener)]  # they apply to every profile
@@ -86,4 +97,5 @@ def build_plugins(cfg: EndpointPickerConfig, only_profiles: list[str] | None = N
     problems = handler.validate_profiles([p.name for p in cfg.scheduling_profiles])
     if problems:
         raise ConfigError([f"plugin {handler.name!r} (type {handler.type_name}): {p}" for p in problems])
-    return BuiltScheduler(handler, profiles, built, cfg.saturation_detector_ref)
+    body_fields = frozenset().union(*readable.values())
+    return BuiltScheduler(handler, profiles, built, cfg.saturation_detector_ref, body_fields)

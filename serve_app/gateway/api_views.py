@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from serve_app.gateway.errors import bad_request
+from scheduler import LLMRequest
+from serve_app.gateway.errors import GatewayError, bad_request
 
 RESPONSES_PATH = "/v1/responses"
 MESSAGES_PATH = "/v1/messages"
@@ -193,3 +194,35 @@ ROUTE_TABLE = (
 def scheduling_view(path: str, body: dict[str, Any]) -> dict[str, Any]:
     view = VIEWS.get(path) or (chat_view if path.endswith("/chat/completions") else completions_view)
     return view(body)
+
+
+# The fields the views read to make an API's conversation (with `model`, `stream`): with the fields
+# the config's plugins declare, all a Serve request router takes out of a pydantic request.
+VIEW_INPUT_FIELDS = frozenset({"model", "stream", "messages"}).union(
+    ResponsesRequest.model_fields, MessagesRequest.model_fields, CompletionsRequest.model_fields
+)
+
+
+def scheduling_request(
+    path: str | None,
+    body: dict[str, Any],
+    request_id: str,
+    model: str,
+    headers: dict[str, str] | None = None,
+    priority: int = 0,
+    lenient: bool = False,
+) -> LLMRequest:
+    """The scheduler's request for a parsed body of the API at `path`: its view (above) as the body,
+    the rest as the door found it. Every front door makes its request here: the HTTP gateway and
+    ext_proc through serve_app/gateway/parsing.py, a Serve request router through
+    serve_app/llm_router/requests.py. An invalid body raises GatewayError (the gateway answers 400);
+    `lenient` schedules it by load instead, without its prompt (a Serve router: the replica answers
+    the error). `path` None: a body of no known API, seen as it is."""
+    if path is not None:
+        try:
+            body = scheduling_view(path, body)
+        except GatewayError:
+            if not lenient:
+                raise
+            body = {k: v for k, v in body.items() if k not in PROMPT_FIELDS}
+    return LLMRequest(request_id, model, body, headers if headers is not None else {}, priority)

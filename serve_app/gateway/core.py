@@ -127,8 +127,8 @@ class GatewayCore:
         else:
             self.runner = RayProfileRunner(
                 profile_actors,
-                s.shard_key_tokens,
-                s.shard_session_header,
+                built.body_fields,  # what of a body the actors get: what the config's plugins declare
+                s.shard_key_tokens, s.shard_session_header,
                 call_timeout_s=s.profile_call_timeout_s,
                 recorder=self.recorder,
                 failover_after_s=s.profile_failover_after_s,

@@ -10,7 +10,7 @@ from typing import Any
 
 from scheduler import LLMRequest, SchedulingError
 from scheduler.plugins.support.slo import parse_slo_headers
-from serve_app.gateway.api_views import FORM_PATHS, scheduling_view
+from serve_app.gateway.api_views import FORM_PATHS, scheduling_request
 from serve_app.gateway.errors import GatewayError, bad_request
 from serve_app.gateway.form_fields import form_fields
 from serve_app.gateway.settings import GatewaySettings
@@ -50,27 +50,19 @@ def parse_request(
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("'model' is required and must be a string", param="model")
-    body = scheduling_view(path, body)
-    stream = body.get("stream", False)
+    clean = forward_headers(headers)
+    request_id = clean[REQUEST_ID_HEADER] = clean.get(REQUEST_ID_HEADER) or f"{_id_prefix}{next(_ids)}"
+    llm_request = scheduling_request(path, body, request_id, model, clean)
+    stream = llm_request.body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be a boolean", param="stream")
     if known_models is not None and model not in known_models:
         raise GatewayError(404, f"The model `{model}` does not exist.", code="model_not_found", param="model")
-
-    clean = forward_headers(headers)
-    request_id = clean.get(REQUEST_ID_HEADER) or f"{_id_prefix}{next(_ids)}"
-    clean[REQUEST_ID_HEADER] = request_id
     try:  # llm-d's SLO headers, checked here so a malformed one is a 400 before any scheduling
         parse_slo_headers(clean)
     except SchedulingError as err:
         raise bad_request(err.message) from None
-    llm_request = LLMRequest(
-        request_id=request_id,
-        target_model=model,
-        body=body,
-        headers=clean,
-        priority=priority_of(clean, settings),
-    )
+    llm_request.priority = priority_of(clean, settings)
     return ParsedRequest(llm_request, stream, clean)
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Collection
 from typing import Any
 
 from actors.channel import ChannelClient, Unsendable
-from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, StandbyPair, for_scheduling
+from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, StandbyPair
 from scheduler import CycleState, Endpoint, ErrorCode, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
 from scheduler.cycle_state import profile_error_key
 from scheduler.plugins.support.prefix.hashing import DEFAULT_BLOCK_SIZE_TOKENS
@@ -32,6 +33,7 @@ class RayProfileRunner:
     def __init__(
         self,
         profile_actors: dict[str, Any],
+        body_fields: Collection[str],
         shard_key_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS,
         shard_session_header: str | None = None,
         call_timeout_s: float = 10.0,
@@ -39,9 +41,11 @@ class RayProfileRunner:
         failover_after_s: float = 0.5,
     ) -> None:
         """`profile_actors`: profile name -> its actor handle, or the list of its shards' handles
-        (every profile the same number); a `StandbyPair` in place of a handle is an actor and its
-        standby (serve_app/gateway/failover_link.py: a batch its primary fails as gone, or does not answer
-        within `failover_after_s`, goes to the standby). The shard key: see serve_app/gateway/shard_key.py.
+        (every profile the same number); `body_fields`: what of a request's body the actors get (the
+        config's `BuiltScheduler.body_fields`: the fields its plugins declare). A `StandbyPair` in
+        place of a handle is an actor and its standby (serve_app/gateway/failover_link.py: a batch its
+        primary fails as gone, or does not answer within `failover_after_s`, goes to the standby).
+        The shard key: see serve_app/gateway/shard_key.py.
         A call that has no answer after `call_timeout_s` (the actor frozen, or restarting for
         longer) fails its profile: the request gets its error instead of waiting without end.
         `recorder` (a MetricsRecorder) counts each actor's round trips, calls, failures and
@@ -52,6 +56,7 @@ class RayProfileRunner:
             raise ValueError(f"every profile needs the same number of shards, at least 1 (got {sorted(counts)})")
         self.shard_key = ShardKey(counts.pop() if counts else 1, shard_key_tokens, shard_session_header)
         self.actors = {n: primary_of(hs[0]) for n, hs in shards.items()}
+        self.body_fields = tuple(body_fields)
 
         def link(handle: Any, labels: tuple[str, str]) -> ActorLink | FailoverLink:
             if not isinstance(handle, StandbyPair):
@@ -84,7 +89,8 @@ class RayProfileRunner:
         # that knows its pool, e.g. a Serve request router or a benchmark) travels with the call.
         spans = current_spans()  # a traced request: its schedule span's context rides in the call
         traceparent = spans.profile_traceparent() if spans is not None else None
-        call = ProfileCall(for_scheduling(request), cycle_state, trace is not None, endpoints, traceparent)
+        sent = request.with_body_fields(self.body_fields)
+        call = ProfileCall(sent, cycle_state, trace is not None, endpoints, traceparent)
         shard = self.shard_key.shard_of(request)
         if len(names) == 1:
             outcomes = [await self._run_one(names[0], call, shard)]
@@ -114,7 +120,7 @@ class RayProfileRunner:
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         """Every profile's actor (of the request's shard) learns the decision (its stateful
         plugins, e.g. the prefix index)."""
-        self._notify(request, ProfileEvent("pre_request", for_scheduling(request), result=result))
+        self._notify(request, ProfileEvent("pre_request", request.with_body_fields(self.body_fields), result=result))
 
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         """Plugins that track prefill work in flight learn this request's first token arrived."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.event_log import LogPage
-from actors.protocol import ProfileEvent, for_scheduling
+from actors.protocol import ProfileEvent
 from scheduler import (
     CycleState,
     Endpoint,
@@ -89,6 +89,7 @@ class RouterMirror:
         self.origin = origin  # this router's name in the actors' logs
         self.sync_interval_s = sync_interval_s
         self.sync_timeout_s = sync_timeout_s
+        self.body_fields: frozenset[str] = frozenset()  # what of a body the actors get (the config's)
         self.followers = {p.name: self._build(p.name) for p in cfg.scheduling_profiles}
         self.counters = MirrorCounters()
         self._task: asyncio.Task | None = None
@@ -96,7 +97,8 @@ class RouterMirror:
     def _build(self, name: str, old: _Follower | None = None) -> _Follower:
         # One profile per build, as its actor does: plugins the profiles share in a config are one
         # instance per profile there, so each learns each event once here too.
-        profile = build_plugins(self._cfg, only_profiles=[name]).profiles[name]
+        built = build_plugins(self._cfg, only_profiles=[name])
+        profile, self.body_fields = built.profiles[name], built.body_fields
         follower = _Follower(name, profile, RequestHooks(profile.plugins()))
         if old is not None:
             follower.actor, follower.queue = old.actor, old.queue
@@ -117,7 +119,8 @@ class RouterMirror:
     # --- learning: at once here, then in the actors ------------------------------------------------
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
-        self._learn(request, ProfileEvent("pre_request", for_scheduling(request), result=result, at=time.time()))
+        sent = request.with_body_fields(self.body_fields)
+        self._learn(request, ProfileEvent("pre_request", sent, result=result, at=time.time()))
 
     def first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         bare = request.without_body()
@@ -221,7 +224,7 @@ def _apply(hooks: RequestHooks, event: ProfileEvent, request: LLMRequest | None 
     copy of the event's (one per profile, as each actor has its own: the derived data marks what a plugin
     learned, and a plugin of the same name in another profile must learn it as well)."""
     if request is None:
-        request = for_scheduling(event.request) if event.kind == "pre_request" else event.request.without_body()
+        request = event.request.with_body_fields(event.request.body)  # all it carries, and a memo of its own
     if event.kind == "pre_request" and event.result is not None:
         hooks.pre_request(request, event.result)
     elif event.kind == "first_token" and event.endpoint_name is not None:

@@ -11,14 +11,19 @@ tokenize call never draws later requests to a replica nor teaches the prefix ind
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from ray.serve.request_router import PendingRequest
 
-from actors.protocol import SCHEDULING_BODY_FIELDS
 from scheduler import LLMRequest
-from serve_app.gateway.api_views import COUNT_TOKENS_PATH, MESSAGES_PATH, PROMPT_FIELDS, RESPONSES_PATH, scheduling_view
-from serve_app.gateway.errors import GatewayError
+from serve_app.gateway.api_views import (
+    COUNT_TOKENS_PATH,
+    MESSAGES_PATH,
+    RESPONSES_PATH,
+    VIEW_INPUT_FIELDS,
+    scheduling_request,
+)
 
 # handle method → the API it serves (its route on Ray Serve LLM's OpenAI ingress)
 METHOD_PATHS = {
@@ -34,50 +39,48 @@ METHOD_PATHS = {
     "tokenize": "/tokenize",
     "detokenize": "/detokenize",
 }
-# the fields of a pydantic request that any API's view reads (Responses' and Anthropic's included)
-VIEW_FIELDS = {*SCHEDULING_BODY_FIELDS, "input", "instructions", "system", "tools", "previous_response_id"}
 
 
-def _as_body(value: Any) -> dict[str, Any] | None:
-    """A dict, or a pydantic request such as vLLM's ChatCompletionRequest (only the fields the
-    views read); None for any other argument."""
+def _as_body(value: Any, fields: Collection[str]) -> dict[str, Any] | None:
+    """A dict, or a pydantic request such as vLLM's ChatCompletionRequest (only the fields the views
+    and the plugins read); None for any other argument."""
     if isinstance(value, dict):
         return value
     dump = getattr(value, "model_dump", None)
     if dump is None:
         return None
     try:
-        return dump(include=VIEW_FIELDS, exclude_none=True)
+        return dump(include=VIEW_INPUT_FIELDS | set(fields), exclude_none=True)
     except Exception:  # an odd model: schedule without a body
         return {}
 
 
-def body_of(args: list[Any], kwargs: dict[str, Any], call_method: str = "__call__") -> dict[str, Any]:
-    """What the scheduler sees of the request's body. For a method of a known API, the first
-    body-like argument through that API's view (an invalid body: by load, the replica answers it);
-    otherwise the first argument with a `messages` or `prompt`, seen as it is."""
+def api_body(
+    args: list[Any], kwargs: dict[str, Any], call_method: str = "__call__", body_fields: Collection[str] = ()
+) -> tuple[str | None, dict[str, Any]]:
+    """The API the call serves (its gateway path; None for a method of no known API) and its body:
+    for a known API the first body-like argument, otherwise the first with a `messages` or
+    `prompt`, as it is. `body_fields`: what the config's plugins read of a pydantic request."""
     values = [*args, *kwargs.values()]
     path = METHOD_PATHS.get(call_method)
     if path is not None:
-        body = next((b for b in map(_as_body, values) if b is not None), {})
-        try:
-            return scheduling_view(path, body)
-        except GatewayError:
-            return {k: v for k, v in body.items() if k not in PROMPT_FIELDS}
+        return path, next((b for b in (_as_body(v, body_fields) for v in values) if b is not None), {})
     for value in values:
         if isinstance(value, dict) and ("messages" in value or "prompt" in value):
-            return value
+            return None, value
         if not isinstance(value, dict) and (hasattr(value, "messages") or hasattr(value, "prompt")):
-            body = _as_body(value)
+            body = _as_body(value, body_fields)
             if body is not None:
-                return body
-    return {}
+                return None, body
+    return None, {}
 
 
-def request_of(pending_request: PendingRequest, default_model: str) -> LLMRequest:
-    """The scheduler's request: the multiplexed model id (a LoRA adapter) is the target model, else
-    the body's model, else `default_model` (the deployment's name)."""
+def request_of(pending_request: PendingRequest, default_model: str, body_fields: Collection[str] = ()) -> LLMRequest:
+    """The scheduler's request, made as the gateway makes it (`scheduling_request`), its body
+    through its API's view; an invalid body is routed by load (the replica answers it). The target
+    model is the multiplexed model id (a LoRA adapter), else the body's model, else
+    `default_model` (the deployment's name)."""
     metadata = pending_request.metadata
-    body = body_of(pending_request.args, pending_request.kwargs, metadata.call_method)
+    path, body = api_body(pending_request.args, pending_request.kwargs, metadata.call_method, body_fields)
     model = metadata.multiplexed_model_id or body.get("model") or default_model
-    return LLMRequest(metadata.internal_request_id, str(model), body)
+    return scheduling_request(path, body, metadata.internal_request_id, str(model), lenient=True)

@@ -66,7 +66,7 @@ from scheduler.trace import SchedulingTrace
 from serve_app.llm_router.endpoints import ReplicaEndpoints
 from serve_app.llm_router.first_token import FirstTokenInference
 from serve_app.llm_router.mirror import RouterMirror
-from serve_app.llm_router.requests import body_of, request_of
+from serve_app.llm_router.requests import request_of
 from serve_app.llm_router.router_config import (
     RouterConfigError,
     check_router_config,
@@ -153,7 +153,8 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         except RouterConfigError as err:
             self.refused, scraping, scrape_metrics = err, ActorOptions(), False
             log.error("EPPRequestRouter for %s refuses its config; every request fails: %s", self._deployment_id, err)
-        self._handler = build_plugins(self._cfg).handler
+        built = build_plugins(self._cfg)
+        self._handler, self._body_fields = built.handler, built.body_fields
         self.mirror = RouterMirror(self._cfg, f"router-{uuid.uuid4().hex[:12]}", sync_interval_s)
         self._profiles = {p.name: p.name for p in self._cfg.scheduling_profiles}
         self._first_profile = self._cfg.scheduling_profiles[0].name
@@ -321,7 +322,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             self.counters.decided_unseen += 1
         endpoints = [self.endpoint_of(r) for r in candidates]
         by_name = {r.replica_id.unique_id: r for r in candidates}
-        request = request_of(pending_request, self._deployment_id.name)
+        request = self._request_of(pending_request)
         trace = SchedulingTrace() if self._trace_decisions else None
         try:
             result = await schedule_cycles(self._handler, self._profiles, mirror, request, endpoints, trace=trace)
@@ -346,10 +347,13 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         while len(self.decision_traces) > self._trace_decisions:
             self.decision_traces.popitem(last=False)
 
+    def _request_of(self, pending_request: PendingRequest) -> LLMRequest:
+        return request_of(pending_request, self._deployment_id.name, self._body_fields)
+
     def _remember(self, pending_request: PendingRequest, decision: tuple[LLMRequest, SchedulingResult] | None) -> None:
         iid = pending_request.metadata.internal_request_id
         if decision is None:
-            decision = (request_of(pending_request, self._deployment_id.name), None)
+            decision = (self._request_of(pending_request), None)
         self._decisions[iid] = (*decision, time.perf_counter())
         self._decisions.move_to_end(iid)
         while len(self._decisions) > MAX_REMEMBERED:
@@ -382,7 +386,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             request, result, decided_at = decision
             self.counters.routed_after_s.append(time.perf_counter() - decided_at)
         else:
-            request, result = request_of(pending_request, self._deployment_id.name), None
+            request, result = self._request_of(pending_request), None
         self.counters.routed += 1
         first = result.primary.target_endpoints[0].name if result is not None else None
         how = "fallback" if result is None else "scheduled" if first == replica_name else "moved"
@@ -434,7 +438,6 @@ __all__ = [
     "RoutedRequest",
     "RouterConfigError",
     "RouterCounters",
-    "body_of",
     "percentiles_ms",
     "read_config",
     "recent_decisions",

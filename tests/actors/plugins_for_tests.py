@@ -8,12 +8,17 @@ repository root, which Ray puts on their sys.path).
   and forgets them on response_complete: state that lives in the profile actor.
 * `test-undeclared-hook-scorer` is the same, but has `response_complete` without declaring
   ResponseComplete: it is never called (a plugin gets the hooks of the roles it declares).
-* `test-failing-hooks` keeps every endpoint; each of its lifecycle hooks raises (a plugin's bug)."""
+* `test-failing-hooks` keeps every endpoint; each of its lifecycle hooks raises (a plugin's bug).
+* `test-request-view-recorder` declares the body fields `temperature` and `user` and writes what it
+  sees of the request (`request_view`) onto every endpoint (so it comes back in the profile's
+  result); what its PreRequest saw it keeps in `hook_views`.
+* `test-undeclared-body-reader` declares `temperature` but reads `user` too."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import Any
 
 from pydantic import Field
 
@@ -90,3 +95,46 @@ class FailingHooks(Filter, PreRequest, ResponseFirstToken, ResponseComplete):
 
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         raise RuntimeError(f"{self.type_name}: response_complete")
+
+
+REQUEST_VIEW_KEY = "test-request-view"
+
+
+def request_view(request: LLMRequest) -> dict[str, Any]:
+    """All a plugin can see of a request, in plain values."""
+    return {
+        "request_id": request.request_id,
+        "target_model": request.target_model,
+        "body": dict(request.body),
+        "reads": {f: request.body.get(f) for f in RequestViewRecorder.body_fields},
+        "headers": dict(request.headers),
+        "priority": request.priority,
+        "received_at": request.received_at,
+        "excluded_endpoints": sorted(request.excluded_endpoints),
+    }
+
+
+@register
+class RequestViewRecorder(Scorer, PreRequest):
+    type_name = "test-request-view-recorder"
+    body_fields = frozenset({"temperature", "user"})
+
+    def setup(self, handle: PluginHandle) -> None:
+        self.hook_views: list[dict[str, Any]] = []
+
+    def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
+        for ep in endpoints:
+            cycle_state.set_endpoint_attribute(ep.name, REQUEST_VIEW_KEY, request_view(request))
+        return dict.fromkeys(endpoints, 0.0)
+
+    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
+        self.hook_views.append(request_view(request))
+
+
+@register
+class UndeclaredBodyReader(Filter):
+    type_name = "test-undeclared-body-reader"
+    body_fields = frozenset({"temperature"})
+
+    def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
+        return endpoints if request.body.get("temperature") != request.body.get("user") else []

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
 
 from actors import PodSpec, ProfileCall, start_epp_actors, stop_epp_actors  # noqa: E402
-from actors.protocol import ProfileEvent, for_scheduling  # noqa: E402
+from actors.protocol import ProfileEvent  # noqa: E402
 from bench.tokenizer_fixture import make_tokenizer  # noqa: E402
 from ray_epp.kvevents import BlockStored, KVEventBatch, ZmqEventPublisher  # noqa: E402
 from scheduler import CycleState, LLMRequest, SchedulingResult  # noqa: E402
@@ -170,7 +170,8 @@ def test_speculative_indexing_on_the_actors_sends_a_repeat_where_its_prefix_was_
             [outcome] = ray.get(actor.run_batch.remote([ProfileCall(first, CycleState())]))
             chosen = outcome.result.target_endpoints[0].name
             decision = SchedulingResult({"default": outcome.result}, "default")
-            ray.get(actor.run_batch.remote([ProfileEvent("pre_request", for_scheduling(first), result=decision)]))
+            sent = first.with_body_fields(body)  # a fresh copy, as the gateway sends it
+            ray.get(actor.run_batch.remote([ProfileEvent("pre_request", sent, result=decision)]))
             sink = ray.get(actor.kv_events.remote())["sinks"]["precise-prefix-cache-producer"]
             assert sink["speculative"]["requests"] == 1 and sink["speculative"]["entries"] > 0, sink
             assert all(pod["blocks"] == 0 for pod in sink["pods"].values())  # nothing confirmed

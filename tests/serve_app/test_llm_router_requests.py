@@ -8,6 +8,7 @@ stood in by pydantic models with their fields."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from pydantic import BaseModel
@@ -15,10 +16,27 @@ from ray.serve._private.common import RequestMetadata
 from ray.serve.request_router import PendingRequest
 
 from bench.llm_router_decision import replicas, router
-from serve_app.llm_router.requests import body_of
+from serve_app.gateway.parsing import parse_request
+from serve_app.gateway.settings import GatewaySettings
+from serve_app.llm_router.requests import METHOD_PATHS, request_of
 
 SYSTEM = "a long shared system prompt for every API " * 30
 CHAT = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"}]}
+
+
+def pending(args: list[Any], method: str) -> PendingRequest:
+    """A handle call as the router gets it (made on a loop: it holds a future)."""
+    meta = RequestMetadata(request_id="r", internal_request_id="r", call_method=method)
+
+    async def make() -> PendingRequest:
+        return PendingRequest(args=args, kwargs={}, metadata=meta)
+
+    return asyncio.run(make())
+
+
+def body_of(args: list[Any], method: str) -> dict[str, Any]:
+    """What the router's scheduler sees of a call's body (plugins that read the prompt)."""
+    return request_of(pending(args, method), "m", ("prompt", "messages")).body
 
 
 class EmbeddingChatRequest(BaseModel):  # vLLM's, with the fields that matter here
@@ -39,10 +57,10 @@ class TranscriptionRequest(BaseModel):
 
 
 def test_each_methods_body_is_seen_through_its_apis_view():
-    seen = body_of([CHAT], {}, "chat")
+    seen = body_of([CHAT], "chat")
     assert seen["messages"] == CHAT["messages"]
-    responses = body_of([{"model": "m", "instructions": SYSTEM, "input": "q"}], {}, "responses")
-    anthropic = body_of([{"model": "m", "system": SYSTEM, "messages": [{"role": "user", "content": "q"}]}], {},
+    responses = body_of([{"model": "m", "instructions": SYSTEM, "input": "q"}], "responses")
+    anthropic = body_of([{"model": "m", "system": SYSTEM, "messages": [{"role": "user", "content": "q"}]}],
                         "messages")  # fmt: skip
     assert responses["messages"] == anthropic["messages"] == CHAT["messages"]  # one conversation, one prefix
     for method, request in [
@@ -52,10 +70,25 @@ def test_each_methods_body_is_seen_through_its_apis_view():
         ("embeddings", {"model": "m", "input": SYSTEM}),
         ("score", {"model": "m", "text_1": SYSTEM, "text_2": "x"}),
     ]:
-        body = body_of([request], {}, method)
+        body = body_of([request], method)
         assert body.get("model") == "m" and not {"prompt", "messages", "input"} & set(body), (method, body)
-    assert body_of([{"model": "m"}], {}, "chat") == {"model": "m"}  # invalid: by load; the replica answers it
-    assert body_of([CHAT], {}, "__call__") is CHAT  # a method of one's own: as it is
+    assert body_of([{"model": "m"}], "chat") == {"model": "m"}  # invalid: by load; the replica answers it
+    assert body_of([CHAT], "__call__") is CHAT  # a method of one's own: as it is
+
+
+def test_the_router_and_the_gateway_make_the_same_request_of_a_body():
+    """One way to make the scheduler's request (api_views.scheduling_request): what the gateway and
+    ext_proc parse from HTTP and what a Serve router reads from a handle call agree."""
+    for method, body in [
+        ("chat", CHAT | {"cache_salt": "s", "max_tokens": 3}),
+        ("completions", {"model": "m", "prompt": SYSTEM}),
+        ("responses", {"model": "m", "instructions": SYSTEM, "input": "q"}),
+        ("messages", {"model": "m", "system": SYSTEM, "messages": [{"role": "user", "content": "q"}]}),
+        ("embeddings", {"model": "m", "input": SYSTEM}),
+    ]:
+        gateway = parse_request(json.dumps(body).encode(), {}, METHOD_PATHS[method], GatewaySettings(), None)
+        router = request_of(pending([body], method), "deployment")
+        assert (router.body, router.target_model) == (gateway.llm_request.body, gateway.llm_request.target_model)
 
 
 def test_the_router_draws_a_conversation_to_its_prefix_and_routes_the_rest_by_load():

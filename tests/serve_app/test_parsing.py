@@ -8,13 +8,14 @@ import pickle
 
 import pytest
 
-from actors.protocol import ProfileCall, for_scheduling
-from scheduler import CycleState
+from actors.protocol import ProfileCall
+from scheduler import CycleState, build_plugins, load_config_file
 from serve_app.gateway.errors import GatewayError
 from serve_app.gateway.parsing import json_depth_over, parse_request
 from serve_app.gateway.settings import GatewaySettings
 
 MODEL = "m"
+DEFAULT_FIELDS = build_plugins(load_config_file("default")).body_fields
 
 
 def parse(raw: bytes, headers: dict | None = None, path: str = "/v1/completions", **settings):
@@ -36,7 +37,7 @@ def test_deep_json_is_a_400_in_openai_shape(depth):
 def test_json_at_the_limit_parses_and_pickles():
     # the object itself is level 1; chat messages, as a prompt is checked to be vLLM's shape
     parsed = parse(nested(63, "messages"), path="/v1/chat/completions")
-    pickle.dumps(ProfileCall(for_scheduling(parsed.llm_request), CycleState()))
+    pickle.dumps(ProfileCall(parsed.llm_request.with_body_fields(DEFAULT_FIELDS), CycleState()))
 
 
 def test_depth_check_counts_objects_and_lists_and_ignores_brackets_in_strings():
@@ -64,9 +65,10 @@ def test_profile_actors_get_only_what_scheduling_reads():
     }
     req = parse(json.dumps(body).encode(), path="/v1/chat/completions").llm_request
     req.excluded_endpoints = frozenset({"pod-a"})
-    sent = for_scheduling(req)
-    # max_tokens too: inflight-load-producer and predicted-latency-producer read the output limit.
-    assert sent.body == {k: body[k] for k in ("model", "messages", "cache_salt", "max_tokens")}
+    sent = req.with_body_fields(DEFAULT_FIELDS)  # what the default config's plugins declare
+    assert sent.body == {k: body[k] for k in ("messages", "cache_salt")}
+    with_load = build_plugins(load_config_file("slo")).body_fields  # its latency plugins read the output limit
+    assert req.with_body_fields(with_load).body == {k: body[k] for k in ("messages", "cache_salt", "max_tokens")}
     assert sent.prompt_text() == req.prompt_text() and sent.cache_salt() == "s"
     assert (sent.request_id, sent.priority, sent.excluded_endpoints) == (req.request_id, 0, frozenset({"pod-a"}))
     assert req.body["tools"]  # the gateway keeps the whole body to forward

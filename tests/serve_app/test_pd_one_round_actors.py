@@ -29,9 +29,10 @@ async def _drive(cfg: dict, actors: dict) -> tuple[list, list]:
     """The stream through the actors, as the gateway schedules: the loop with the handler here and
     each profile in its actor, then PreRequest (and, for half the requests, the completion) as the
     events that ride with the next call."""
-    handler = build_plugins(load_config(cfg)).handler
+    built = build_plugins(load_config(cfg))
+    handler = built.handler
     profiles = {name: name for name in actors}
-    runner = RayProfileRunner(actors)
+    runner = RayProfileRunner(actors, built.body_fields)
     seeds = random.Random(99)  # the same cycle seed per request in both runs
     outcomes, rounds = [], []
     for req, endpoints, complete in stream(REQUESTS, seed=7):

@@ -67,7 +67,7 @@ def test_profiles_must_have_the_same_number_of_shards():
     from serve_app.gateway.ray_runner import RayProfileRunner
 
     with pytest.raises(ValueError, match="same number of shards"):
-        RayProfileRunner({"prefill": [object(), object()], "decode": [object()]})
+        RayProfileRunner({"prefill": [object(), object()], "decode": [object()]}, ())
 
 
 # ---- through the gateway ---------------------------------------------------------------------

@@ -43,7 +43,7 @@ def test_a_gone_primary_fails_over_to_its_warm_standby_which_stays_the_decider(a
 
     from actors.profile_actor import ProfileActor
     from actors.protocol import StandbyPair
-    from scheduler import CycleState, LLMRequest, SchedulingResult, dump_config
+    from scheduler import CycleState, LLMRequest, SchedulingResult, build_plugins, dump_config
     from serve_app.gateway.ray_runner import RayProfileRunner
 
     primary = actors.profiles["default"]
@@ -52,7 +52,9 @@ def test_a_gone_primary_fails_over_to_its_warm_standby_which_stays_the_decider(a
     )
     try:
         ray.get(standby.ready.remote(1), timeout=60)
-        runner = RayProfileRunner({"default": [StandbyPair(primary, standby)]}, failover_after_s=2.0)
+        runner = RayProfileRunner(
+            {"default": [StandbyPair(primary, standby)]}, build_plugins(actors.config).body_fields, failover_after_s=2.0
+        )
         (link,) = runner.links["default"]
 
         async def decide(i: int) -> str:

@@ -29,6 +29,7 @@ def has_multimodal_content(body: dict[str, Any]) -> bool:
 @register
 class AlwaysDisaggMultimodalDecider(PDDecider):
     type_name = "always-disagg-multimodal-decider"
+    body_fields = frozenset({"messages"})  # their content blocks
 
     def might_disaggregate(self, cycle_state: CycleState, request: LLMRequest) -> bool:
         return has_multimodal_content(request.body)

@@ -14,6 +14,7 @@ import logging
 
 from pydantic import Field
 
+from scheduler.body_fields import PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
 from scheduler.data_keys import DataKey
 from scheduler.interfaces import Parameters, PDDecider, PluginHandle
@@ -43,6 +44,7 @@ def input_tokens(request: LLMRequest) -> int:
 @register
 class PrefixBasedPDDecider(PDDecider):
     type_name = "prefix-based-pd-decider"
+    body_fields = PROMPT_FIELDS  # the prompt's length
     Parameters = PrefixBasedPDDeciderParameters
 
     def setup(self, handle: PluginHandle) -> None:

@@ -34,6 +34,7 @@ from typing import ClassVar
 
 from pydantic import Field, model_validator
 
+from scheduler.body_fields import CACHE_SALT_FIELDS, PROMPT_FIELDS
 from scheduler.cycle_state import RUNNING_PROFILE, CycleState
 from scheduler.data_keys import DataKey
 from scheduler.interfaces import Parameters, PluginHandle, PluginMetrics, PreRequest, Producer
@@ -107,6 +108,7 @@ class _PendingMatch:
 @register
 class ApproxPrefixCacheProducer(Producer, PreRequest):
     type_name = "approx-prefix-cache-producer"
+    body_fields = PROMPT_FIELDS | CACHE_SALT_FIELDS  # the prompt's block hashes
     Parameters = ApproxPrefixCacheParameters
     # llm-d's prefix_indexer families are this producer's; the precise one (a subclass) has none.
     exports_indexer_metrics: ClassVar[bool] = True

@@ -27,6 +27,7 @@ from typing import Literal
 import xxhash
 from pydantic import Field, field_validator, model_validator
 
+from scheduler.body_fields import CACHE_SALT_FIELDS, PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
 from scheduler.data_keys import DataKey
 from scheduler.interfaces import DataPreparer, Parameters, PluginHandle, Producer
@@ -89,6 +90,7 @@ class _Window:
 @register
 class BurstPrefixCacheProducer(DataPreparer, Producer):
     type_name = "burst-prefix-cache-producer"
+    body_fields = PROMPT_FIELDS | CACHE_SALT_FIELDS  # the prompt's block hashes
     Parameters = BurstPrefixParameters
 
     def setup(self, handle: PluginHandle) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from scheduler.body_fields import OUTPUT_LIMIT_FIELDS, PROMPT_FIELDS
 from scheduler.interfaces import Parameters, Plugin, PluginHandle
 from scheduler.plugins.support.inflight_load_count import InFlightLoad, LoadEstimate
 from scheduler.registry import register
@@ -25,6 +26,7 @@ class InFlightLoadProducerParameters(Parameters):
 @register
 class InFlightLoadProducer(Plugin):
     type_name = "inflight-load-producer"
+    body_fields = PROMPT_FIELDS | frozenset(OUTPUT_LIMIT_FIELDS)  # what its counts estimate by
     Parameters = InFlightLoadProducerParameters
 
     def setup(self, handle: PluginHandle) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
+from scheduler.body_fields import OUTPUT_LIMIT_FIELDS, PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
 from scheduler.data_keys import DataKey
 from scheduler.interfaces import (
@@ -35,7 +36,6 @@ from scheduler.interfaces import (
     ResponseFirstToken,
 )
 from scheduler.plugins.support.inflight_ledger import InFlightLedger
-from scheduler.plugins.support.inflight_load_count import CLIENT_OUTPUT_LIMITS
 from scheduler.plugins.support.latency_model import TPOT_FEATURES, TTFT_FEATURES, LatencyModel
 from scheduler.plugins.support.prefill_ledger import prefill_target, prompt_tokens, uncached_tokens
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
@@ -71,7 +71,7 @@ class PredictedLatencyParameters(Parameters):
 
 
 def output_tokens(request: LLMRequest) -> int:
-    for key in CLIENT_OUTPUT_LIMITS:
+    for key in OUTPUT_LIMIT_FIELDS:
         value = request.body.get(key)
         if type(value) is int and value > 0:
             return value
@@ -84,6 +84,7 @@ class PredictedLatencyProducer(Filter):
     data there), load: as a filter it passes every endpoint."""
 
     type_name = "predicted-latency-producer"
+    body_fields = PROMPT_FIELDS | frozenset(OUTPUT_LIMIT_FIELDS)  # prompt tokens; TPOT over the output
     Parameters = PredictedLatencyParameters
 
     def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:

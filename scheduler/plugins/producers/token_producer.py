@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from scheduler.body_fields import PROMPT_FIELDS
 from scheduler.duration import parse_duration
 from scheduler.interfaces import Parameters, Plugin, PluginHandle
 from scheduler.plugins.support.token_cache import DEFAULT_CAPACITY, DEFAULT_CHUNK_CHARS, PrefixTokenCache, TokenRun
@@ -77,6 +78,7 @@ class TokenProducerParameters(Parameters):
 @register
 class TokenProducer(Plugin):
     type_name = "token-producer"
+    body_fields = PROMPT_FIELDS
     Parameters = TokenProducerParameters
 
     def setup(self, handle: PluginHandle) -> None:

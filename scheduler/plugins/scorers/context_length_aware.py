@@ -18,6 +18,7 @@ from functools import lru_cache
 
 from pydantic import Field
 
+from scheduler.body_fields import PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Filter, Parameters, Scorer, ScorerCategory
 from scheduler.plugins.support.prefill_ledger import prompt_tokens
@@ -60,6 +61,7 @@ def range_score(tokens: int, low: int, high: int) -> float:
 @register
 class ContextLengthAware(Filter, Scorer):
     type_name = "context-length-aware"
+    body_fields = PROMPT_FIELDS  # the prompt's length
     category = ScorerCategory.AFFINITY
     Parameters = ContextLengthAwareParameters
 

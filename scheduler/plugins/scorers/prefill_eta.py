@@ -40,6 +40,7 @@ from operator import attrgetter
 
 from pydantic import Field
 
+from scheduler.body_fields import PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import (
     PluginHandle,
@@ -79,6 +80,7 @@ _NAME = attrgetter("name")
 @register
 class PrefillEtaScorer(Scorer, TentativePreRequest, ResponseFirstToken, ResponseComplete):
     type_name = "prefill-eta-scorer"
+    body_fields = PROMPT_FIELDS  # the prompt's length
     category = ScorerCategory.DISTRIBUTION
     Parameters = PrefillEtaParameters
 

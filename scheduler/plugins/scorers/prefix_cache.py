@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from scheduler.body_fields import CACHE_SALT_FIELDS, PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Parameters, PluginHandle, Scorer, ScorerCategory
 from scheduler.plugins.support.prefix.match_info import prefix_match_key
@@ -34,6 +35,7 @@ class PrefixCacheParameters(Parameters):
 @register
 class PrefixCacheScorer(Scorer):
     type_name = "prefix-cache-scorer"
+    body_fields = PROMPT_FIELDS | CACHE_SALT_FIELDS  # its own producer's, in GIE's combined form
     category = ScorerCategory.AFFINITY
     Parameters = PrefixCacheParameters
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from scheduler.body_fields import OUTPUT_LIMIT_FIELDS, PROMPT_FIELDS
 from scheduler.interfaces import ResponseComplete, ResponseFirstToken, TentativePreRequest
 from scheduler.plugins.support.inflight_ledger import InFlightLedger
 from scheduler.plugins.support.prefill_ledger import prompt_tokens, uncached_tokens
@@ -24,7 +25,6 @@ from scheduler.types import LLMRequest, SchedulingResult
 
 PREFILL_PROFILE = "prefill"
 LOST_AFTER_S = 600.0
-CLIENT_OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
 @dataclass(slots=True, frozen=True)
@@ -35,7 +35,7 @@ class LoadEstimate:
 
     def output_tokens(self, request: LLMRequest, prompt: int) -> int:
         estimate = round(prompt * self.output_ratio)
-        for key in CLIENT_OUTPUT_LIMITS:
+        for key in OUTPUT_LIMIT_FIELDS:
             limit = request.body.get(key)
             if type(limit) is int and 0 <= limit < estimate:
                 estimate = limit
@@ -106,6 +106,7 @@ class InFlightLoadHooks(TentativePreRequest, ResponseFirstToken, ResponseComplet
     """Mixin for plugins that keep an `InFlightLoad` as `self.load`: the lifecycle hooks feed it,
     and its `clock` is the plugin's (re-pointed by tests and the simulation)."""
 
+    body_fields = PROMPT_FIELDS | frozenset(OUTPUT_LIMIT_FIELDS)  # what the counts estimate by
     load: InFlightLoad
 
     @property

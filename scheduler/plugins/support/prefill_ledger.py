@@ -15,6 +15,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
+from scheduler.body_fields import PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
 from scheduler.duration import duration_seconds
 from scheduler.interfaces import Parameters, PluginHandle, ResponseComplete, ResponseFirstToken, TentativePreRequest
@@ -89,6 +90,8 @@ def backlog_scores(
 
 class PrefillLedger(LedgerClock, TentativePreRequest, ResponseFirstToken, ResponseComplete):
     """Mixin: the hooks that keep `self.ledger`; `backlog()` reads it."""
+
+    body_fields = PROMPT_FIELDS  # the prompt's length
 
     def setup(self, handle: PluginHandle) -> None:
         self.ledger = InFlightLedger(self.params.request_timeout)
