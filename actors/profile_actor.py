@@ -35,14 +35,14 @@ from scheduler import (
     Endpoint,
     ErrorCode,
     SchedulingError,
-    build_plugins,
     dump_config,
     load_config,
     run_profile,
 )
+from scheduler.config import Placement, build_for
 from scheduler.cycle_state import profile_error_key
-from scheduler.hooks import RequestHooks
-from scheduler.interfaces import bind_plugin_metrics, kv_event_sinks
+from scheduler.interfaces import KVEventSink, bind_plugin_metrics
+from scheduler.lifecycle import Lifecycle, LifecycleEvent
 from scheduler.plugins.support.inflight_ledger import InFlightLedger
 from scheduler.plugins.support.prefix.index import PrefixIndex
 from scheduler.trace import SchedulingTrace
@@ -50,6 +50,10 @@ from scheduler.trace import SchedulingTrace
 log = logging.getLogger("ray_epp.actors.profile")
 
 NO_ENDPOINTS = "no ready endpoints in the pool"
+# The lifecycle events a gateway or a Serve router sends a profile actor (counted in `info`).
+CROSSING = (
+    LifecycleEvent.PRE_REQUEST, LifecycleEvent.FIRST_TOKEN, LifecycleEvent.RESPONSE_COMPLETE, LifecycleEvent.WITHDRAW,
+)  # fmt: skip
 # A restarted actor answers its first calls once it has a snapshot (or after this long, empty).
 FIRST_SNAPSHOT_WAIT_S = 5.0
 
@@ -73,20 +77,20 @@ class ProfileActor:
         for module in self._options.plugin_modules:
             importlib.import_module(module)
         cfg = load_config(config)
-        built = build_plugins(cfg, only_profiles=[profile_name])
-        if profile_name not in built.profiles:
-            known = [p.name for p in cfg.scheduling_profiles]
-            raise ValueError(f"profile {profile_name!r} is not in the config (profiles: {known})")
+        placed = build_for(cfg, Placement.PROFILE_ACTOR, profile=profile_name)
+        built = placed.built
         self._name = profile_name
         self._digest = config_digest(dump_config(cfg))
-        self.profile = built.profiles[profile_name]
-        # The same dispatcher, and so the same rule, as the in-process Scheduler's (scheduler/hooks.py).
-        self._hooks = RequestHooks(self.profile.plugins())
+        self.profile = placed.profile
+        # The plugins placed in this profile's actor hear its events: the same dispatcher, and so
+        # the same rule, as the in-process Scheduler's and the gateway's (scheduler/lifecycle.py).
+        self._hooks = placed.lifecycle
         # Each call's decision counts in the ledgers at once, until the gateway's PreRequest for it.
         self._tentative = TentativeDecisions(self._hooks, profile_name)
         # Plugins that consume KV events (the precise prefix producer): this actor subscribes to its
         # pods' event streams and feeds them (actors/kv_event_feeds.py).
-        sinks = kv_event_sinks(list(built.plugins.values()))
+        self._kv = Lifecycle(built.at(Placement.PROFILE_ACTOR))
+        sinks = self._kv.having(KVEventSink)
         self._kv_sinks = sinks
         self._kv_feeds = KVEventFeeds(sinks) if sinks and datastore_name else None
         self._datastore_name = datastore_name
@@ -100,7 +104,7 @@ class ProfileActor:
         self._intervals: deque[tuple[float, float]] = deque(maxlen=512)
         self._calls = 0
         self._watch_errors = 0
-        self._events = {"pre_request": 0, "first_token": 0, "response_complete": 0, "withdraw": 0}
+        self._events = {e.value: 0 for e in CROSSING}
         self._recorder = MetricsRecorder()
         self._pusher: MetricsPusher | None = None
         if self._options.push_plugin_metrics:  # plugins with families of their own (the prefix indexer)
@@ -165,14 +169,10 @@ class ProfileActor:
     async def apply_kv_events(self, pod: str, batches: list[Any]) -> int:
         """Feed a pod's event batches (`kvevents.KVEventBatch`, oldest first) to this actor's
         KV-event sinks: for a feeder outside the actor. Returns how many sinks took them."""
-        for sink in self._kv_sinks:
-            sink.apply_kv_events(pod, batches)
-        return len(self._kv_sinks)
+        return self._kv.kv_events(pod, batches)
 
     async def set_kv_event_status(self, pod: str, status: str) -> int:
-        for sink in self._kv_sinks:
-            sink.set_kv_event_status(pod, status)
-        return len(self._kv_sinks)
+        return self._kv.kv_event_status(pod, status)
 
     async def kv_events(self) -> dict[str, Any]:
         """Each pod's KV-event stream (state, counters, addresses) and what the sinks hold."""
@@ -229,18 +229,12 @@ class ProfileActor:
         return self._log.page(origin, epoch, cursor)
 
     def _apply(self, event: ProfileEvent) -> None:
-        if event.kind in self._events:
-            self._events[event.kind] += 1
-        if event.kind == "withdraw":
+        self._events[event.kind] = self._events.get(event.kind, 0) + 1
+        if event.kind == LifecycleEvent.WITHDRAW:  # only a decision this actor told its ledgers is taken back
             self._tentative.withdraw(event.request)
             return
         self._tentative.settle(event.request.request_id)  # the real event replaces a tentative entry
-        if event.kind == "pre_request" and event.result is not None:
-            self._hooks.pre_request(event.request, event.result)
-        elif event.kind == "first_token" and event.endpoint_name is not None:
-            self._hooks.response_first_token(event.request, event.endpoint_name)
-        elif event.kind == "response_complete" and event.endpoint_name is not None:
-            self._hooks.response_complete(event.request, event.endpoint_name)
+        self._hooks.deliver(event.kind, event.request, event.result, event.endpoint_name)
 
     def _start_pusher(self) -> None:
         """Plugin timings and the plugins' own families go to the metrics hub (once one exists),

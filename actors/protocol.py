@@ -6,10 +6,12 @@ body can make a batch unpicklable."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler import CycleState, Endpoint, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
+from scheduler.lifecycle import LifecycleEvent
 
 
 @dataclass(slots=True)
@@ -50,18 +52,35 @@ class ProfileOutcome:
 @dataclass(slots=True)
 class ProfileEvent:
     """Something the profile's stateful plugins must learn, riding in a run_batch with the calls:
-    `pre_request` (the final decision, `result`), `first_token` (the first streamed token came
-    from `endpoint_name`), `response_complete` (`endpoint_name` finished serving) or `withdraw`
-    (the request failed before it was sent: take back the decision the actor told its ledgers;
-    these three carry the request without its body). Events apply in order before the calls after
-    them in the same batch, so request N's decision is known when request N+1 is scheduled. Their
-    slot in the answer is None."""
+    one of the lifecycle events that cross processes (`LifecycleEvent`: PRE_REQUEST, the final
+    decision `result`; FIRST_TOKEN, the first streamed token came from `endpoint_name`;
+    RESPONSE_COMPLETE, `endpoint_name` finished serving; WITHDRAW, the request failed before it was
+    sent: take back the decision the actor told its ledgers). The receiver hands it to its
+    `Lifecycle.deliver`. Events apply in order before the calls after them in the same batch, so
+    request N's decision is known when request N+1 is scheduled. Their slot in the answer is None."""
 
-    kind: str  # "pre_request" | "first_token" | "response_complete" | "withdraw"
+    kind: LifecycleEvent
     request: LLMRequest
     result: SchedulingResult | None = None
     endpoint_name: str | None = None
     at: float = 0.0  # when it happened (time.time()), set by Serve request routers: their followers' lag
+
+    @classmethod
+    def of(
+        cls,
+        kind: LifecycleEvent,
+        request: LLMRequest,
+        result: SchedulingResult | None = None,
+        endpoint_name: str | None = None,
+        at: float = 0.0,
+        body_fields: Collection[str] = (),
+    ) -> ProfileEvent:
+        """The event with a fresh copy of what it carries of the request: the decision with the
+        `body_fields` the config's plugins read (`BuiltScheduler.body_fields`), the others without
+        a body."""
+        decision = kind == LifecycleEvent.PRE_REQUEST
+        sent = request.with_body_fields(body_fields) if decision else request.without_body()
+        return cls(LifecycleEvent(kind), sent, result, endpoint_name, at)
 
 
 def as_served(endpoints: list[Endpoint]) -> list[Endpoint]:

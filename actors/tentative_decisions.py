@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from scheduler.hooks import RequestHooks
+from scheduler.lifecycle import Lifecycle
 from scheduler.types import LLMRequest, ProfileRunResult, SchedulingResult
 
 TENTATIVE_TTL_S = 10.0  # the gateway's profile-call bound: a decision older than that was not used
@@ -28,7 +28,7 @@ class TentativeDecisions:
 
     def __init__(
         self,
-        hooks: RequestHooks,
+        hooks: Lifecycle,
         profile_name: str,
         ttl_s: float = TENTATIVE_TTL_S,
         clock: Callable[[], float] = time.monotonic,

@@ -9,6 +9,8 @@ every endpoint is how a profile fails."""
 
 from __future__ import annotations
 
+import random
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -36,14 +38,53 @@ class NoParameters(Parameters):
 
 
 class PluginHandle:
-    """What a plugin sees of its siblings while the config is built: other plugins by name.
-    A plugin built outside a config (tests, defaults made in code) gets one with no siblings."""
+    """What a plugin sees of the process that builds it: its siblings by name (while the config is
+    built), the clocks it reads and the random generator it draws from. A plugin takes its clock
+    and generator here in `setup`, so whoever builds the plugins decides them (the cluster
+    simulation: its virtual time and seeded generators) instead of patching them in afterwards.
+    A plugin built outside a config (tests, defaults made in code) gets one with no siblings, the
+    real clocks and an unseeded generator.
 
-    __slots__ = ("_names", "_resolve")
+    `clock` is monotonic seconds (intervals, timeouts); `wall_clock` Unix seconds (what metrics'
+    `update_time` is written in). `rng` is this plugin's own generator: seeded with the build's
+    `seed` and the plugin's name when the build has a seed, so a run repeats decision for decision."""
 
-    def __init__(self, resolve: Callable[[str], Plugin] | None = None, names: list[str] | None = None) -> None:
+    __slots__ = ("_names", "_resolve", "_rng", "clock", "owner", "seed", "wall_clock")
+
+    def __init__(
+        self,
+        resolve: Callable[[str], Plugin] | None = None,
+        names: list[str] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        seed: int | str | None = None,
+        owner: str = "",
+    ) -> None:
         self._resolve = resolve
         self._names = list(names or ())
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.seed = seed
+        self.owner = owner  # the plugin this handle was given to ("" before it is)
+        self._rng: random.Random | None = None
+
+    def for_plugin(self, name: str) -> PluginHandle:
+        """The same handle for the plugin called `name`: its own generator."""
+        return PluginHandle(
+            self._resolve, self._names, clock=self.clock, wall_clock=self.wall_clock, seed=self.seed, owner=name
+        )
+
+    def with_siblings(self, resolve: Callable[[str], Plugin], names: list[str]) -> PluginHandle:
+        """The same clocks and seed, seeing the plugins of a config being built."""
+        return PluginHandle(resolve, names, clock=self.clock, wall_clock=self.wall_clock, seed=self.seed)
+
+    @property
+    def rng(self) -> random.Random:
+        """This plugin's generator (the same one on every access)."""
+        if self._rng is None:
+            self._rng = random.Random() if self.seed is None else random.Random(f"{self.seed}:{self.owner}")
+        return self._rng
 
     def plugin(self, name: str) -> Plugin:
         """The instance configured under `name` (built on demand); KeyError if there is none."""
@@ -86,7 +127,7 @@ class Plugin(ABC):  # noqa: B024 (the abstract methods are those of the roles a 
     def __init__(self, name: str | None = None, params: Any = None, handle: PluginHandle | None = None) -> None:
         self.name = name or self.type_name
         self.params = params if params is not None else self.Parameters()
-        self.setup(handle if handle is not None else PluginHandle())
+        self.setup(handle if handle is not None else PluginHandle(owner=self.name))
 
     def setup(self, handle: PluginHandle) -> None:  # noqa: B027 (optional: most plugins need no setup)
         """Hook for plugins that derive state from their parameters or look up other plugins."""
@@ -356,6 +397,16 @@ class KVEventSink(Plugin):
         """The ZMQ port a pod publishes on when its spec names none (llm-d's socketPort)."""
 
 
+class ReportsGauges(Plugin):
+    """A plugin with Prometheus gauges of its own that the process hosting it publishes beside its
+    own families (program-aware-fairness: llm-d's per-program gauges, read by the gateway replica
+    whose queue it ranks)."""
+
+    @abstractmethod
+    def gauges(self) -> dict[tuple[str, tuple[str, ...]], float]:
+        """The gauges now, keyed (metric name, label values) as a metrics recorder keeps them."""
+
+
 class PluginTimer(Protocol):
     """Receives how long each plugin call took (for `…_plugin_duration_seconds`)."""
 
@@ -388,7 +439,7 @@ def bind_plugin_metrics(plugins: Iterable[Plugin], metrics: PluginMetrics) -> in
 ROLES: tuple[type[Plugin], ...] = (
     Filter, Scorer, Picker, ProfileHandler, PDDecider, SaturationDetector, PreRequest, ResponseFirstToken,
     ResponseComplete, ResponseHeader, OrderingPolicy, FairnessPolicy, KVEventSink, UsageLimitPolicy, Screener,
-    Responder, ResponseUsage, DataPreparer, Producer,
+    Responder, ResponseUsage, DataPreparer, Producer, ReportsGauges,
 )  # fmt: skip
 
 

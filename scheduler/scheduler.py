@@ -7,8 +7,8 @@ import random
 from scheduler.config import build_plugins, load_config
 from scheduler.cycle_state import CycleState, profile_error_key
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.hooks import RequestHooks
-from scheduler.interfaces import DataPreparer, Plugin, PluginTimer, ProfileHandler
+from scheduler.interfaces import DataPreparer, Plugin, PluginHandle, PluginTimer, ProfileHandler
+from scheduler.lifecycle import Lifecycle
 from scheduler.loop import CYCLE_SEED_KEY, prepare_data, run_sync, schedule_cycles
 from scheduler.profile import SchedulerProfile
 from scheduler.trace import ProfileTrace, SchedulingTrace
@@ -31,17 +31,18 @@ class Scheduler:
         self.profiles = profiles
         self.plugins = plugins if plugins is not None else _plugins_of(handler, profiles)
         self.timer = timer
-        self.hooks = RequestHooks(self.plugins.values())
-        self.preparers = [p for p in self.plugins.values() if isinstance(p, DataPreparer)]
+        self.hooks = Lifecycle(self.plugins.values())  # every plugin runs in this process
+        self.preparers = self.hooks.having(DataPreparer)
         # Each cycle's seed (scheduler/plugins/support/cycle_rng.py); replace it to make runs repeat.
         self.cycle_seeds = random.Random()
 
     @classmethod
-    def from_config(cls, config, timer: PluginTimer | None = None) -> Scheduler:
-        """Build from a loaded config (`load_config`), YAML text, or a dict."""
+    def from_config(cls, config, timer: PluginTimer | None = None, handle: PluginHandle | None = None) -> Scheduler:
+        """Build from a loaded config (`load_config`), YAML text, or a dict. `handle`: the plugins'
+        clocks and the seed of their generators (the cluster simulation's virtual time)."""
         if not hasattr(config, "scheduling_profiles"):
             config = load_config(config)
-        built = build_plugins(config)
+        built = build_plugins(config, handle=handle)
         return cls(built.handler, built.profiles, built.plugins, timer, built.saturation_detector)
 
     def schedule(

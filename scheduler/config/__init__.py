@@ -1,6 +1,6 @@
 """GIE's EndpointPickerConfig: parsing, validation, defaults, and building the plugins."""
 
-from scheduler.config.build import BuiltScheduler, build_plugins
+from scheduler.config.build import BuiltScheduler, PlacedPlugins, build_for, build_plugins
 from scheduler.config.loader import dump_config, load_config, load_config_file
 from scheduler.config.models import (
     API_VERSIONS,
@@ -9,14 +9,18 @@ from scheduler.config.models import (
     ProfilePluginRef,
     SchedulingProfileSpec,
 )
+from scheduler.config.placement import Placement
 
 __all__ = [
     "API_VERSIONS",
     "BuiltScheduler",
     "EndpointPickerConfig",
+    "PlacedPlugins",
+    "Placement",
     "PluginSpec",
     "ProfilePluginRef",
     "SchedulingProfileSpec",
+    "build_for",
     "build_plugins",
     "dump_config",
     "load_config",

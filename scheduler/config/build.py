@@ -9,8 +9,10 @@ from pydantic import ValidationError
 from scheduler.body_fields import check_body_reads, checking_body_reads, readable_body_fields
 from scheduler.config.data_flow import profile_producers
 from scheduler.config.models import EndpointPickerConfig
+from scheduler.config.placement import Placement, placement
 from scheduler.errors import ConfigError
 from scheduler.interfaces import Filter, Picker, Plugin, PluginHandle, Producer, ProfileHandler, Scorer, Screener
+from scheduler.lifecycle import Lifecycle
 from scheduler.profile import SchedulerProfile, WeightedScorer
 from scheduler.registry import plugin_class
 
@@ -23,14 +25,67 @@ class BuiltScheduler:
     saturation_detector: str | None = None  # the detector the config names for admission, if any
     # The body fields the config's plugins read (scheduler/body_fields.py): all a profile actor gets.
     body_fields: frozenset[str] = field(default_factory=frozenset)
+    # where each plugin runs (scheduler/config/placement.py), by plugin name
+    placement: dict[str, frozenset[Placement]] = field(default_factory=dict)
+    uses: dict[str, set[str]] = field(default_factory=dict)  # plugin -> the plugins it looked up
+
+    def at(self, where: Placement, profile: str | None = None) -> list[Plugin]:
+        """The plugins that run in `where`, in config order; with `profile` (a profile actor, a
+        router's mirror of it), those of that profile: its own, the screeners, and what they use."""
+        here = [name for name in self.plugins if where in self.placement.get(name, ())]
+        if profile is not None:
+            wanted = {p.name for p in self.profiles[profile].plugins()}
+            wanted |= {name for name, p in self.plugins.items() if isinstance(p, Screener)}
+            todo = list(wanted)
+            while todo:
+                for used in self.uses.get(todo.pop(), ()):
+                    if used not in wanted:
+                        wanted.add(used)
+                        todo.append(used)
+            here = [name for name in here if name in wanted]
+        return [self.plugins[name] for name in here]
 
 
-def build_plugins(cfg: EndpointPickerConfig, only_profiles: list[str] | None = None) -> BuiltScheduler:
+@dataclass(slots=True)
+class PlacedPlugins:
+    """A config's plugins as one process runs them (`build_for`)."""
+
+    where: Placement
+    built: BuiltScheduler
+    plugins: list[Plugin]  # the ones that run here
+    lifecycle: Lifecycle  # the events they hear, dispatched
+
+    @property
+    def profile(self) -> SchedulerProfile:
+        """The one profile a profile actor (or a router's mirror of it) was built for."""
+        [profile] = self.built.profiles.values()
+        return profile
+
+
+def build_for(
+    cfg: EndpointPickerConfig, where: Placement, profile: str | None = None, handle: PluginHandle | None = None
+) -> PlacedPlugins:
+    """The one way a Ray EPP process builds its plugins: fresh instances of the whole config (the
+    handler and the plugins look each other up), of which it runs those placed in `where`; a
+    profile actor, and a Serve router's mirror of one, only `profile` (ValueError when the config
+    has no such profile)."""
+    if profile is not None and profile not in {p.name for p in cfg.scheduling_profiles}:
+        known = [p.name for p in cfg.scheduling_profiles]
+        raise ValueError(f"profile {profile!r} is not in the config (profiles: {known})")
+    built = build_plugins(cfg, only_profiles=None if profile is None else [profile], handle=handle)
+    plugins = built.at(where, profile)
+    return PlacedPlugins(where, built, plugins, Lifecycle(plugins))
+
+
+def build_plugins(
+    cfg: EndpointPickerConfig, only_profiles: list[str] | None = None, handle: PluginHandle | None = None
+) -> BuiltScheduler:
     """Fresh plugin instances for `cfg` (already through `load_config`).
 
     A plugin referenced by several profiles is one instance, as in GIE. `only_profiles` builds
     just those profiles (a profile actor owns one). Every plugin is built either way: the body
-    fields are the whole config's, so each actor gets the same body."""
+    fields are the whole config's, so each actor gets the same body. `handle` gives the plugins
+    their clocks and the seed of their generators (default: the real clocks, unseeded)."""
     specs = {spec.name: spec for spec in cfg.plugins}
     built: dict[str, Plugin] = {}
     building: list[str] = []
@@ -52,12 +107,12 @@ def build_plugins(cfg: EndpointPickerConfig, only_profiles: list[str] | None = N
         building.append(name)
         try:
             params = cls.Parameters.model_validate(spec.parameters or {})
-            built[name] = cls(name=name, params=params, handle=handle)
+            built[name] = cls(name=name, params=params, handle=base.for_plugin(name))
         finally:
             building.pop()
         return built[name]
 
-    handle = PluginHandle(resolve, list(specs))
+    base = PluginHandle(resolve, list(specs)) if handle is None else handle.with_siblings(resolve, list(specs))
     for name, spec in specs.items():
         try:
             resolve(name)
@@ -98,4 +153,6 @@ def build_plugins(cfg: EndpointPickerConfig, only_profiles: list[str] | None = N
     if problems:
         raise ConfigError([f"plugin {handler.name!r} (type {handler.type_name}): {p}" for p in problems])
     body_fields = frozenset().union(*readable.values())
-    return BuiltScheduler(handler, profiles, built, cfg.saturation_detector_ref, body_fields)
+    return BuiltScheduler(
+        handler, profiles, built, cfg.saturation_detector_ref, body_fields, placement(built, cfg, uses), uses
+    )

@@ -24,17 +24,16 @@ from scheduler.config.flow_control import (
 )
 from scheduler.config.models import EndpointPickerConfig, PluginSpec, ProfilePluginRef, SchedulingProfileSpec
 from scheduler.config.nesting import MAX_FILE_NESTING, nests_deeper_than
+from scheduler.config.placement import PROFILE_ROLES
 from scheduler.config.refused import refusal
 from scheduler.config.sections import check_sections
 from scheduler.config.source import config_source
 from scheduler.errors import ConfigError
 from scheduler.interfaces import (
     FairnessPolicy,
-    Filter,
     OrderingPolicy,
     Picker,
     Plugin,
-    Producer,
     ProfileHandler,
     Scorer,
     UsageLimitPolicy,
@@ -48,7 +47,6 @@ DEFAULT_PROFILE = "default"
 DEFAULT_HANDLER = "single-profile-handler"
 DEFAULT_PICKER = "max-score-picker"
 DEFAULT_WEIGHT = 1.0
-PROFILE_ROLES = (Filter, Scorer, Picker, Producer)
 
 
 def load_config_file(spec: str | Path) -> EndpointPickerConfig:

@@ -1,14 +1,17 @@
 """What `epp validate` shows: for every plugin and section field a config sets, whether Ray EPP runs
-it, refuses it (and why, from scheduler/config/refused.py and sections.py), or does not know it;
-then the loader's own verdict. A report never raises: a config that can not load still gets one."""
+it (its roles, and where it runs: scheduler/config/placement.py), refuses it (and why, from
+scheduler/config/refused.py and sections.py), or does not know it; then the loader's own verdict.
+A report never raises: a config that can not load still gets one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scheduler.config.build import build_plugins
 from scheduler.config.loader import load_config, parse_config, read_config_file
 from scheduler.config.models import EndpointPickerConfig
+from scheduler.config.placement import Placement
 from scheduler.config.refused import refusal
 from scheduler.config.sections import section_statuses
 from scheduler.errors import ConfigError
@@ -49,6 +52,7 @@ def config_report(source: str | dict) -> ConfigReport:
         report.errors = list(err.errors)
         return report
     classes: dict[str, type[Plugin]] = {}
+    runs: dict[str, int] = {}  # plugin name -> its line
     for spec in raw.plugins:
         name = spec.name or spec.type
         where = f"plugin {name!r} (type {spec.type})"
@@ -57,6 +61,7 @@ def config_report(source: str | dict) -> ConfigReport:
             classes[name] = cls
             roles = roles_of(cls)
             what = ", ".join(roles) if roles else "no scheduling role (read by other plugins, gateway or actors)"
+            runs[name] = len(report.lines)
             report.lines.append(ReportLine(where, "runs", what))
         elif (why := refusal(spec.type)) is not None:
             report.lines.append(ReportLine(where, "refused", why))
@@ -68,4 +73,10 @@ def config_report(source: str | dict) -> ConfigReport:
         report.config = load_config(source)
     except ConfigError as err:
         report.errors = list(err.errors)
+        return report
+    for name, places in build_plugins(report.config).placement.items():  # where each one runs
+        if name in runs:
+            line = report.lines[runs[name]]
+            where = ", ".join(p.value for p in Placement if p in places) or "nowhere (nothing uses it)"
+            report.lines[runs[name]] = ReportLine(line.where, line.status, f"{line.why}; runs in: {where}")
     return report

@@ -281,7 +281,7 @@ class PickerStream:
             streaming = self._parsed.stream and self._status == 200
             self._exchange = Exchange.open(self._core, req, target.name, self._started, streaming)
             self._tap = self._route if self._status == 200 else None
-            set_headers = self._core.header_hooks.response_headers(req, result)
+            set_headers = self._core.lifecycle.response_headers(req, result)
             set_headers[DESTINATION_HEADER] = target.host_port
         out = [proto.response_headers_response(proto.header_mutation(set_headers))]
         if headers.end_of_stream:

@@ -18,18 +18,16 @@ from scheduler import (
     ErrorCode,
     LLMRequest,
     Responder,
-    ResponseHeader,
-    ResponseUsage,
     SchedulingError,
     SchedulingResult,
-    build_plugins,
     load_config,
     schedule_cycles,
 )
 from scheduler.admission import admission_detectors, pool_saturated
+from scheduler.config import Placement, build_for
 from scheduler.flowcontrol.controller import build_flow_controller
-from scheduler.hooks import RequestHooks
 from scheduler.interfaces import DataPreparer, bind_plugin_metrics
+from scheduler.lifecycle import Lifecycle, LifecycleEvent
 from scheduler.loop import prepare_data
 from scheduler.trace import SchedulingTrace
 from serve_app.admin.api import AdminApi
@@ -95,26 +93,27 @@ class GatewayCore:
         """`decision_log`: the DecisionLog actor the replicas share (None: each replica keeps its
         own decision record, when `decision_record_ratio` asks for one)."""
         cfg = load_config(config)
-        built = build_plugins(cfg)
+        placed = build_for(cfg, Placement.GATEWAY)
+        built = placed.built
         self.handler = built.handler
         self.profiles = {p.name: p.name for p in cfg.scheduling_profiles}  # handles are opaque to the handler
         self.settings = GatewaySettings.model_validate(settings)
         s = self.settings
         self.detectors = admission_detectors(
-            built.plugins.values(), s.saturation_queue_depth, s.saturation_kv_cache, named=built.saturation_detector
+            placed.plugins, s.saturation_queue_depth, s.saturation_kv_cache, named=built.saturation_detector
         )
-        # Detectors that keep a ledger live in this process: this replica tells them its own traffic.
-        self._local_hooks = RequestHooks(self.detectors)
-        # ResponseHeader plugins write from the request and the decision alone: this replica's
-        # own instances answer, so a response never waits for a profile actor.
-        self.header_hooks = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseHeader))
+        # The plugins placed in a gateway replica (scheduler/config/placement.py), and the default
+        # detector admission adds, hear this replica's own traffic: detectors that keep a ledger
+        # (PreRequest … ResponseComplete), ResponseHeader plugins (from the request and the decision
+        # alone, so a response never waits for a profile actor), ResponseUsage plugins
+        # (program-aware-fairness, where the queue they rank runs).
+        self.lifecycle = Lifecycle([*placed.plugins, *self.detectors])
         # Responders answer some routes here (models-responder: GET /v1/models), in config order.
-        self.responders = [p for p in built.plugins.values() if isinstance(p, Responder)]
-        # ResponseUsage plugins (program-aware-fairness) learn each response's tokens here, where
-        # the queue they rank runs; false when no plugin wants them (responses are not parsed).
+        self.responders = self.lifecycle.having(Responder)
         # DataPreparers (burst-prefix-cache-producer) run here, where this replica's requests arrive.
-        self.preparers = [p for p in built.plugins.values() if isinstance(p, DataPreparer)]
-        self.usage_hooks = RequestHooks(p for p in built.plugins.values() if isinstance(p, ResponseUsage))
+        self.preparers = self.lifecycle.having(DataPreparer)
+        # False when no plugin wants usage: responses are then not parsed for it.
+        self.wants_usage = self.lifecycle.hears(LifecycleEvent.RESPONSE_USAGE)
         self.recorder = MetricsRecorder()
         self.datastore = datastore  # also the shared store of the Responses API's pins
         self.view = EndpointView(datastore, min_interval_s=s.snapshot_min_interval_s)
@@ -231,18 +230,18 @@ class GatewayCore:
     # A queued request may be dispatchable after each of these (the ledger detectors moved).
     def tell_pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         self.runner.pre_request(request, result)
-        self._local_hooks.pre_request(request, result)
+        self.lifecycle.pre_request(request, result)
         self.settle(request)
 
     def tell_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         self.runner.response_first_token(request, endpoint_name)
-        self._local_hooks.response_first_token(request, endpoint_name)
+        self.lifecycle.response_first_token(request, endpoint_name)
         if self.flow is not None:
             self.flow.pump()
 
     def tell_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         self.runner.response_complete(request, endpoint_name)
-        self._local_hooks.response_complete(request, endpoint_name)
+        self.lifecycle.response_complete(request, endpoint_name)
         if self.flow is not None:
             self.flow.pump()
 
@@ -413,7 +412,7 @@ class GatewayCore:
         req = parsed.llm_request
         target = result.target
         headers = response_headers(upstream)
-        headers.update(self.header_hooks.response_headers(req, result))
+        headers.update(self.lifecycle.response_headers(req, result))
         headers[DESTINATION_HEADER] = target.host_port
         if self.decisions is not None and not any(k.lower() == REQUEST_ID_HEADER for k in headers):
             headers[REQUEST_ID_HEADER] = req.request_id  # what `epp explain` asks for

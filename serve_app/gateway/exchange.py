@@ -83,8 +83,8 @@ class Exchange:
         else:
             usage = usage_counts_of_body(data)
         self.usage = usage
-        if usage is not None and self.core.usage_hooks:
-            self.core.usage_hooks.response_usage(self.request, usage[0], usage[1])
+        if usage is not None and self.core.wants_usage:
+            self.core.lifecycle.response_usage(self.request, usage[0], usage[1])
 
     def close(self) -> None:
         """The exchange is over, however it ended: ResponseComplete, metrics. Runs once."""

@@ -28,7 +28,7 @@ from typing import Any
 from scheduler import ErrorCode, LLMRequest
 from scheduler.flowcontrol.controller import FlowController
 from scheduler.flowcontrol.types import DEFAULT_FAIRNESS_ID, FAIRNESS_ID_HEADER, FlowItem, Outcome
-from scheduler.plugins.flowcontrol.program_aware import ProgramAwareFairness
+from scheduler.interfaces import ReportsGauges
 from scheduler.types import Endpoint
 from serve_app.gateway.errors import GatewayError
 
@@ -105,7 +105,7 @@ class FlowGate:
         seen: set[int] = set()
         for band in list(self.controller.bands.values()):
             policy = band.fairness
-            if isinstance(policy, ProgramAwareFairness) and id(policy) not in seen:
+            if isinstance(policy, ReportsGauges) and id(policy) not in seen:
                 seen.add(id(policy))
                 out.update(policy.gauges())
         return out
@@ -215,6 +215,3 @@ def _refusal(item: FlowItem, fc: FlowController) -> GatewayError:
         code=ErrorCode.SERVICE_UNAVAILABLE.value,
         headers={DROPPED_REASON_HEADER: "rejected-context-cancelled"},
     )
-
-
-

@@ -19,12 +19,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
+from scheduler.hooks import RequestHooks
+
 from actors.tentative_decisions import TentativeDecisions
 from scheduler import CycleState, Endpoint, EndpointPickerConfig, LLMRequest, ProfileRunResult, SchedulingResult
 from scheduler.config import build_plugins
 from scheduler.cycle_state import profile_error_key
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.hooks import RequestHooks
 from scheduler.interfaces import Plugin, PluginTimer, kv_event_sinks
 from scheduler.profile import SchedulerProfile
 from scheduler.scheduler import run_profile

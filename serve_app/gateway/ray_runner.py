@@ -15,6 +15,7 @@ from actors.channel import ChannelClient, Unsendable
 from actors.protocol import ProfileCall, ProfileEvent, ProfileOutcome, StandbyPair
 from scheduler import CycleState, Endpoint, ErrorCode, LLMRequest, ProfileRunResult, SchedulingError, SchedulingResult
 from scheduler.cycle_state import profile_error_key
+from scheduler.lifecycle import LifecycleEvent
 from scheduler.plugins.support.prefix.hashing import DEFAULT_BLOCK_SIZE_TOKENS
 from scheduler.trace import SchedulingTrace
 from serve_app.gateway.batcher import ActorBatcher
@@ -120,19 +121,21 @@ class RayProfileRunner:
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         """Every profile's actor (of the request's shard) learns the decision (its stateful
         plugins, e.g. the prefix index)."""
-        self._notify(request, ProfileEvent("pre_request", request.with_body_fields(self.body_fields), result=result))
+        event = ProfileEvent.of(LifecycleEvent.PRE_REQUEST, request, result, body_fields=self.body_fields)
+        self._notify(request, event)
 
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         """Plugins that track prefill work in flight learn this request's first token arrived."""
-        self._notify(request, ProfileEvent("first_token", request.without_body(), endpoint_name=endpoint_name))
+        self._notify(request, ProfileEvent.of(LifecycleEvent.FIRST_TOKEN, request, endpoint_name=endpoint_name))
 
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
-        self._notify(request, ProfileEvent("response_complete", request.without_body(), endpoint_name=endpoint_name))
+        event = ProfileEvent.of(LifecycleEvent.RESPONSE_COMPLETE, request, endpoint_name=endpoint_name)
+        self._notify(request, event)
 
     def withdraw(self, request: LLMRequest) -> None:
         """The request failed before it was sent: the actors take back the decisions they told
         their ledgers when they made them (actors/tentative_decisions.py)."""
-        self._notify(request, ProfileEvent("withdraw", request.without_body()))
+        self._notify(request, ProfileEvent.of(LifecycleEvent.WITHDRAW, request))
 
     def _notify(self, request: LLMRequest, event: ProfileEvent) -> None:
         shard = self.shard_key.shard_of(request)  # kept in the request's derived data: the deciding shard

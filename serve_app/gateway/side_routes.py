@@ -66,7 +66,7 @@ async def pick(core: GatewayCore, http: Request) -> Response:
     }
     if trace is not None:
         body["trace"] = trace.to_json()
-    headers = core.header_hooks.response_headers(parsed.llm_request, result)
+    headers = core.lifecycle.response_headers(parsed.llm_request, result)
     headers[DESTINATION_HEADER] = result.target.host_port
     return JSONResponse(body, headers=headers)
 

@@ -34,9 +34,9 @@ from scheduler import (
     LLMRequest,
     ProfileRunResult,
     SchedulingResult,
-    build_plugins,
 )
-from scheduler.hooks import RequestHooks
+from scheduler.config import Placement, build_for
+from scheduler.lifecycle import Lifecycle, LifecycleEvent
 from scheduler.scheduler import run_profile
 from scheduler.trace import SchedulingTrace
 
@@ -66,7 +66,7 @@ class _Follower:
 
     name: str
     profile: Any
-    hooks: RequestHooks
+    hooks: Lifecycle
     actor: Any = None
     epoch: str | None = None
     cursor: int = 0
@@ -95,11 +95,11 @@ class RouterMirror:
         self._task: asyncio.Task | None = None
 
     def _build(self, name: str, old: _Follower | None = None) -> _Follower:
-        # One profile per build, as its actor does: plugins the profiles share in a config are one
-        # instance per profile there, so each learns each event once here too.
-        built = build_plugins(self._cfg, only_profiles=[name])
-        profile, self.body_fields = built.profiles[name], built.body_fields
-        follower = _Follower(name, profile, RequestHooks(profile.plugins()))
+        # One profile per build, as its actor does (the same placement): plugins the profiles share
+        # in a config are one instance per profile there, so each learns each event once here too.
+        placed = build_for(self._cfg, Placement.PROFILE_ACTOR, profile=name)
+        self.body_fields = placed.built.body_fields
+        follower = _Follower(name, placed.profile, placed.lifecycle)
         if old is not None:
             follower.actor, follower.queue = old.actor, old.queue
         return follower
@@ -119,16 +119,16 @@ class RouterMirror:
     # --- learning: at once here, then in the actors ------------------------------------------------
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
-        sent = request.with_body_fields(self.body_fields)
-        self._learn(request, ProfileEvent("pre_request", sent, result=result, at=time.time()))
+        kind = LifecycleEvent.PRE_REQUEST
+        event = ProfileEvent.of(kind, request, result, at=time.time(), body_fields=self.body_fields)
+        self._learn(request, event)
 
     def first_token(self, request: LLMRequest, endpoint_name: str) -> None:
-        bare = request.without_body()
-        self._learn(request, ProfileEvent("first_token", bare, endpoint_name=endpoint_name, at=time.time()))
+        self._learn(request, ProfileEvent.of(LifecycleEvent.FIRST_TOKEN, request, None, endpoint_name, time.time()))
 
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
-        bare = request.without_body()
-        self._learn(request, ProfileEvent("response_complete", bare, endpoint_name=endpoint_name, at=time.time()))
+        event = ProfileEvent.of(LifecycleEvent.RESPONSE_COMPLETE, request, None, endpoint_name, time.time())
+        self._learn(request, event)
 
     def _learn(self, request: LLMRequest, event: ProfileEvent) -> None:
         """`request` (what this router scored, its derived data included) teaches the first profile; the
@@ -219,15 +219,10 @@ class RouterMirror:
             await self.sync_once()
 
 
-def _apply(hooks: RequestHooks, event: ProfileEvent, request: LLMRequest | None = None) -> None:
-    """What ProfileActor._apply does with an event, on a mirror's plugins; on `request`, else on a
-    copy of the event's (one per profile, as each actor has its own: the derived data marks what a plugin
-    learned, and a plugin of the same name in another profile must learn it as well)."""
+def _apply(hooks: Lifecycle, event: ProfileEvent, request: LLMRequest | None = None) -> None:
+    """An event on a mirror's plugins (what ProfileActor._apply does with it); on `request`, else on
+    a copy of the event's (one per profile, as each actor has its own: the derived data marks what a
+    plugin learned, and a plugin of the same name in another profile must learn it as well)."""
     if request is None:
         request = event.request.with_body_fields(event.request.body)  # all it carries, and a memo of its own
-    if event.kind == "pre_request" and event.result is not None:
-        hooks.pre_request(request, event.result)
-    elif event.kind == "first_token" and event.endpoint_name is not None:
-        hooks.response_first_token(request, event.endpoint_name)
-    elif event.kind == "response_complete" and event.endpoint_name is not None:
-        hooks.response_complete(request, event.endpoint_name)
+    hooks.deliver(event.kind, request, event.result, event.endpoint_name)

@@ -59,9 +59,9 @@ from scheduler import (
     LLMRequest,
     ProfileRunResult,
     SchedulingResult,
-    build_plugins,
     schedule_cycles,
 )
+from scheduler.config import Placement, build_for
 from scheduler.trace import SchedulingTrace
 from serve_app.llm_router.endpoints import ReplicaEndpoints
 from serve_app.llm_router.first_token import FirstTokenInference
@@ -153,7 +153,7 @@ class EPPRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         except RouterConfigError as err:
             self.refused, scraping, scrape_metrics = err, ActorOptions(), False
             log.error("EPPRequestRouter for %s refuses its config; every request fails: %s", self._deployment_id, err)
-        built = build_plugins(self._cfg)
+        built = build_for(self._cfg, Placement.ROUTER).built
         self._handler, self._body_fields = built.handler, built.body_fields
         self.mirror = RouterMirror(self._cfg, f"router-{uuid.uuid4().hex[:12]}", sync_interval_s)
         self._profiles = {p.name: p.name for p in self._cfg.scheduling_profiles}

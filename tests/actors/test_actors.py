@@ -452,7 +452,7 @@ schedulingProfiles:
 
 
 def test_profile_actor_dispatches_hooks_by_declared_role_and_survives_failing_ones(ray_session, sim):
-    """One rule in both places (scheduler/hooks.py): only declared roles get hooks; a hook that
+    """One rule in both places (scheduler/lifecycle.py): only declared roles get hooks; a hook that
     raises is counted and the other plugins still learn the decision and its end."""
     epp5 = start_epp_actors(HOOKS, pod_specs(sim)[:1], options=fast_options("t-hooks"))
     try:

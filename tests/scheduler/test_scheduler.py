@@ -1,6 +1,6 @@
 """The in-process Scheduler: GIE's scheduling/scheduler_test.go cases (the default scorers on a
 single profile), plus the PreRequest / ResponseComplete hooks around a decision and the rule they
-are dispatched by (scheduler/hooks.py; tests/actors checks the profile actors apply the same)."""
+are dispatched by (scheduler/lifecycle.py; tests/actors checks the profile actors apply the same)."""
 
 import pytest
 

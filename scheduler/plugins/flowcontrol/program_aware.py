@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from scheduler.flowcontrol.types import DEFAULT_FAIRNESS_ID, FAIRNESS_ID_HEADER, FlowQueue
-from scheduler.interfaces import FairnessPolicy, Parameters, PluginHandle, ResponseUsage
+from scheduler.interfaces import FairnessPolicy, Parameters, PluginHandle, ReportsGauges, ResponseUsage
 from scheduler.registry import register
 from scheduler.types import LLMRequest
 
@@ -68,7 +68,7 @@ def _normalise(value: float, low: float, high: float) -> float:
 
 
 @register
-class ProgramAwareFairness(FairnessPolicy, ResponseUsage):
+class ProgramAwareFairness(FairnessPolicy, ResponseUsage, ReportsGauges):
     type_name = "program-aware-fairness"
     Parameters = ProgramAwareParameters
 

@@ -1,0 +1,118 @@
+"""Where each plugin of a config runs, computed from the roles it declares (`placement`).
+
+Ray EPP runs one config in three kinds of process, each with its own instances of the plugins:
+
+* a **gateway replica** (`serve_app/gateway/`): admission and flow control, the profile handler's
+  rounds, the data preparers, the response hooks of the replica that answers;
+* a **profile actor** (`actors/profile_actor.py`), one per profile: the profile's filters, scorers
+  and picker, the screeners, and the KV-event sinks it feeds;
+* a **Serve router** (`serve_app/llm_router/`): the handler, and a mirror of every profile's
+  plugins that follows the profile actors.
+
+A plugin runs where its roles need it, and where the plugins that look it up through their handle
+run (a scorer's producer runs beside the scorer). The lifecycle hooks (PreRequest, ResponseComplete,
+…) go with the plugin: each process tells the plugins it holds. A plugin whose only roles are
+lifecycle hooks, and that nothing looks up, runs in the gateway replica, which sees every event."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+
+from scheduler.config.models import EndpointPickerConfig
+from scheduler.interfaces import (
+    DataPreparer,
+    FairnessPolicy,
+    Filter,
+    KVEventSink,
+    OrderingPolicy,
+    PDDecider,
+    Picker,
+    Plugin,
+    ProfileHandler,
+    Responder,
+    ResponseHeader,
+    ResponseUsage,
+    SaturationDetector,
+    Scorer,
+    Screener,
+    UsageLimitPolicy,
+    roles_of,
+)
+
+
+class Placement(StrEnum):
+    GATEWAY = "gateway replica"
+    PROFILE_ACTOR = "profile actor"
+    ROUTER = "Serve router"
+
+
+GATEWAY, ACTOR, ROUTER = Placement.GATEWAY, Placement.PROFILE_ACTOR, Placement.ROUTER
+
+# The roles that place a plugin, and where. The profile roles place it only when a profile lists it.
+PROFILE_ROLES: tuple[type[Plugin], ...] = (Filter, Scorer, Picker)
+ROLE_PLACEMENT: dict[type[Plugin], frozenset[Placement]] = {
+    Filter: frozenset({ACTOR, ROUTER}),
+    Scorer: frozenset({ACTOR, ROUTER}),
+    Picker: frozenset({ACTOR, ROUTER}),
+    Screener: frozenset({ACTOR, ROUTER}),  # every profile applies them
+    KVEventSink: frozenset({ACTOR}),  # the profile actor subscribes to the pods' event streams
+    ProfileHandler: frozenset({GATEWAY, ROUTER}),
+    PDDecider: frozenset({GATEWAY, ROUTER}),  # asked by the handler
+    SaturationDetector: frozenset({GATEWAY}),  # admission
+    OrderingPolicy: frozenset({GATEWAY}),  # flow control's queue is the replica's
+    FairnessPolicy: frozenset({GATEWAY}),
+    UsageLimitPolicy: frozenset({GATEWAY}),
+    DataPreparer: frozenset({GATEWAY}),  # where the request arrives
+    ResponseHeader: frozenset({GATEWAY}),  # the replica that answers
+    ResponseUsage: frozenset({GATEWAY}),
+    Responder: frozenset({GATEWAY}),
+}
+LIFECYCLE_ONLY = frozenset({GATEWAY})
+
+
+def placement(
+    plugins: Mapping[str, Plugin], cfg: EndpointPickerConfig, uses: Mapping[str, Iterable[str]]
+) -> dict[str, frozenset[Placement]]:
+    """Each plugin's places, in config order: its roles' (a profile role only when a profile
+    lists it), joined with those of every plugin that looked it up while being built (`uses`)."""
+    in_profiles = {ref.plugin_ref for spec in cfg.scheduling_profiles for ref in spec.plugins}
+    own: dict[str, set[Placement]] = {}
+    for name, plugin in plugins.items():
+        places: set[Placement] = set()
+        for role, where in ROLE_PLACEMENT.items():
+            if isinstance(plugin, role) and (role not in PROFILE_ROLES or name in in_profiles):
+                places |= where
+        own[name] = places
+    used_by: dict[str, set[str]] = {name: set() for name in plugins}
+    for user, used in uses.items():
+        for name in used:
+            used_by[name].add(user)
+
+    def reach(name: str, seen: set[str]) -> set[Placement]:
+        places = set(own[name])
+        for user in used_by[name] - seen:
+            places |= reach(user, seen | {name, user})
+        return places
+
+    out: dict[str, frozenset[Placement]] = {}
+    for name in plugins:
+        places = reach(name, {name})
+        out[name] = frozenset(places or (LIFECYCLE_ONLY if not used_by[name] else ()))
+    return out
+
+
+def placement_rows(
+    plugins: Mapping[str, Plugin], places: Mapping[str, frozenset[Placement]]
+) -> list[dict[str, str | list[str]]]:
+    """The table `epp config --placement` prints: plugin, type, roles, places (gateway replica,
+    profile actor, Serve router order)."""
+    return [
+        {
+            "plugin": name,
+            "type": plugin.type_name,
+            "roles": roles_of(plugin),
+            "runs_in": [p.value for p in Placement if p in places[name]],
+        }
+        for name, plugin in plugins.items()
+    ]
