@@ -57,7 +57,7 @@ from bench.pd_figures import (
 from bench.policies.epp import SchedulerRouter
 from ray_epp.simulator import PodConfig, SimReport, SimRequest, WorkloadSpec, generate_workload, run_cluster_sim
 from ray_epp.simulator.report import OK
-from scheduler import Scheduler, load_config
+from scheduler import load_config
 from scheduler.config.loader import read_config_file
 from serve_app.cli.launch import DEFAULT_CONFIG
 
@@ -113,7 +113,7 @@ class Setup:
         return data
 
     def router(self, seed: int = 0) -> SchedulerRouter:
-        return SchedulerRouter(Scheduler.from_config(load_config(self.config())), seed=seed)
+        return SchedulerRouter(load_config(self.config()), seed=seed)
 
     def pods(self) -> list[PodConfig]:
         return (

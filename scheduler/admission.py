@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from scheduler.interfaces import Plugin, SaturationDetector
+from scheduler.interfaces import Plugin, PluginHandle, SaturationDetector
 from scheduler.registry import plugin_class
 from scheduler.types import Endpoint
 
@@ -28,10 +28,15 @@ DEFAULT_DETECTOR = "utilization-detector"
 
 
 def admission_detectors(
-    plugins: Iterable[Plugin], queue_depth: int = 5, kv_cache: float = 0.8, named: str | None = None
+    plugins: Iterable[Plugin],
+    queue_depth: int = 5,
+    kv_cache: float = 0.8,
+    named: str | None = None,
+    handle: PluginHandle | None = None,
 ) -> list[SaturationDetector]:
     """The config's detectors, with GIE's utilization detector (queue_depth, kv_cache) added if absent;
-    only the detector called `named` when the config names one (load_config checked it is one)."""
+    only the detector called `named` when the config names one (load_config checked it is one).
+    `handle`: the added detector's clocks (those the config's plugins were built with)."""
     detectors = [p for p in plugins if isinstance(p, SaturationDetector)]
     if named is not None:
         chosen = [d for d in detectors if d.name == named]
@@ -43,7 +48,8 @@ def admission_detectors(
         raise LookupError(f"plugin type {DEFAULT_DETECTOR!r} is not a registered saturation detector")
     if not any(isinstance(d, default) for d in detectors):
         params = {"queueDepthThreshold": queue_depth, "kvCacheUtilThreshold": kv_cache}
-        detectors.insert(0, default(params=default.Parameters.model_validate(params)))
+        handle = (handle or PluginHandle()).for_plugin(DEFAULT_DETECTOR)
+        detectors.insert(0, default(params=default.Parameters.model_validate(params), handle=handle))
     return detectors
 
 

@@ -379,7 +379,7 @@ class PDDecider(Plugin):
 
 class KVEventSink(Plugin):
     """Consumes model servers' KV-cache events (vLLM's KV events: blocks stored, removed, all
-    cleared). The runtime finds every plugin with this role (`kv_event_sinks`), subscribes to each
+    cleared). The runtime finds every plugin with this role (`Lifecycle.having`), subscribes to each
     pod's event stream while the pod is in the pool, and feeds the sinks each pod's batches in
     order, and the stream's status when it changes (`live`, `gapped`, `silent`)."""
 
@@ -446,12 +446,3 @@ ROLES: tuple[type[Plugin], ...] = (
 def roles_of(plugin: Plugin | type[Plugin]) -> list[str]:
     cls = plugin if isinstance(plugin, type) else type(plugin)
     return [role.__name__ for role in ROLES if issubclass(cls, role)]
-
-
-def kv_event_sinks(plugins: list[Plugin]) -> list[KVEventSink]:
-    """The plugins that consume KV events, each once."""
-    seen: dict[int, KVEventSink] = {}
-    for plugin in plugins:
-        if isinstance(plugin, KVEventSink):
-            seen.setdefault(id(plugin), plugin)
-    return list(seen.values())

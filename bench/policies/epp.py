@@ -1,12 +1,12 @@
 """Our scheduler, any EndpointPickerConfig, as a cluster-simulation router.
 
 * Reproducible: the plugins' random tie-breaks (`max-score-picker`, `random-picker`, the LoRA
-  filter) draw from generators seeded with `seed` and the plugin's name, so a run with a given
-  seed gives the same decisions every time.
+  filter) draw from generators seeded with `seed` and the plugin's name (the plugins' handle,
+  `PluginHandle.rng`), so a run with a given seed gives the same decisions every time.
 * Pods -> endpoints: each PodView becomes an `Endpoint` whose `Metrics` are the pod's last scraped
-  metrics, with `update_time` set from the scrape time. The scheduler's clocks (every plugin's
-  `clock`, e.g. the utilization detector's staleness check) are pointed at the simulation's
-  virtual clock, so a metric is exactly as stale as the simulation made it.
+  metrics, with `update_time` set from the scrape time. The plugins are built with the simulation's
+  virtual clock as their handle's clocks (e.g. the utilization detector's staleness check), so a
+  metric is exactly as stale as the simulation made it.
 * Requests -> `LLMRequest`: id, model, OpenAI body, headers and priority (< 0 is sheddable).
 * Admission, as the gateway does it (serve_app.gateway.core.GatewayCore.admit) before scheduling: a
   sheddable request is shed while the pool is saturated — any of the config's saturation detectors,
@@ -48,7 +48,7 @@ from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.errors import ErrorCode
 from scheduler.flowcontrol.controller import build_flow_controller
 from scheduler.flowcontrol.types import DEFAULT_FAIRNESS_ID, FAIRNESS_ID_HEADER, FlowItem, Outcome
-from scheduler.interfaces import kv_event_sinks
+from scheduler.interfaces import KVEventSink, PluginHandle
 from scheduler.plugins.producers.precise_prefix import TOKEN_PRODUCER
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
 from scheduler.plugins.support.prefix.precise_index import LIVE
@@ -61,31 +61,18 @@ PREFILL_PROFILE = "prefill"
 
 
 class SchedulerRouter:
-    def __init__(
-        self, config: str | Path | EndpointPickerConfig | Scheduler, *, admission: bool = True, seed: int = 0
-    ) -> None:
-        cfg = None
-        if isinstance(config, EndpointPickerConfig):
-            cfg = config
-        elif not isinstance(config, Scheduler):
-            cfg = load_config_file(config)
-        self.scheduler = config if isinstance(config, Scheduler) else Scheduler.from_config(cfg)
-        self.admission = admission
+    def __init__(self, config: str | Path | EndpointPickerConfig, *, admission: bool = True, seed: int = 0) -> None:
+        cfg = config if isinstance(config, EndpointPickerConfig) else load_config_file(config)
         self.now = 0.0
-        clock = self.virtual_clock
-        for name, plugin in self.scheduler.plugins.items():
-            if callable(getattr(plugin, "clock", None)):
-                plugin.clock = clock  # type: ignore[attr-defined]
-            if isinstance(getattr(plugin, "rng", None), random.Random):
-                plugin.rng = random.Random(f"{seed}:{name}")  # type: ignore[attr-defined]
-                if hasattr(plugin, "rng_salt"):  # draws per cycle (cycle_rng): salt from the seeded generator
-                    plugin.rng_salt = plugin.rng.getrandbits(64)  # type: ignore[attr-defined]
+        handle = PluginHandle(clock=self.virtual_clock, wall_clock=self.virtual_clock, seed=seed)
+        self.scheduler = Scheduler.from_config(cfg, handle=handle)
+        self.admission = admission
         self.scheduler.cycle_seeds = random.Random(f"{seed}:cycles")
-        self.detectors = admission_detectors(self.scheduler.plugins.values(), named=self.scheduler.saturation_detector)
-        for detector in self.detectors:
-            detector.clock = clock  # type: ignore[attr-defined]
+        self.detectors = admission_detectors(
+            self.scheduler.plugins.values(), named=self.scheduler.saturation_detector, handle=handle
+        )
         self.flow = None
-        if cfg is not None and admission:
+        if admission:
             self.flow = build_flow_controller(cfg, self.scheduler.plugins, self.detectors, clock=lambda: self.now)
         self.flow_outcomes: dict[str, Outcome] = {}
         self._released: list[tuple[SimRequest, RouteDecision]] = []
@@ -94,7 +81,7 @@ class SchedulerRouter:
         self.errors: dict[str, str] = {}
         self._endpoints: dict[str, tuple[dict, float, Endpoint]] = {}
         self._requests: dict[str, LLMRequest] = {}
-        self.kv_sinks = kv_event_sinks(list(self.scheduler.plugins.values()))
+        self.kv_sinks = self.scheduler.hooks.having(KVEventSink)
         if self.kv_sinks:
             self.on_kv_events = self._on_kv_events  # the simulation delivers events only when this exists
         producers = {getattr(p, "type_name", "") for p in self.scheduler.plugins.values()}
@@ -105,10 +92,9 @@ class SchedulerRouter:
         self.predictions = {"right": 0, "total": 0, "right_cached": 0, "total_cached": 0}
 
     def _on_kv_events(self, pod: str, batch: object) -> None:
-        for sink in self.kv_sinks:
-            if pod not in self._live:
-                sink.set_kv_event_status(pod, LIVE)
-            sink.apply_kv_events(pod, [batch])
+        if pod not in self._live:
+            self.scheduler.hooks.kv_event_status(pod, LIVE)
+        self.scheduler.hooks.kv_events(pod, [batch])
         self._live.add(pod)
 
     def virtual_clock(self) -> float:

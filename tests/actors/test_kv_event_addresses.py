@@ -14,7 +14,7 @@ from actors.kv_event_feeds import KVEventFeeds, event_addresses
 from actors.options import KV_EVENTS_LABEL, KV_REPLAY_LABEL
 from ray_epp.kvevents import BlockStored, KVEventBatch, ZmqEventPublisher
 from scheduler import Endpoint, Scheduler, load_config
-from scheduler.interfaces import kv_event_sinks
+from scheduler.interfaces import KVEventSink
 
 CONFIG = """
 plugins:
@@ -41,7 +41,7 @@ def test_a_bad_kv_events_field_is_an_error(bad):
 
 
 def test_feeds_follow_the_pool_and_deliver_in_order():
-    sink = kv_event_sinks(list(Scheduler.from_config(load_config(CONFIG)).plugins.values()))[0]
+    sink = Scheduler.from_config(load_config(CONFIG)).hooks.having(KVEventSink)[0]
     feeds = KVEventFeeds([sink])
     assert feeds.port == 5599
     with ZmqEventPublisher() as pub:

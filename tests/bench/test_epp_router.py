@@ -6,7 +6,7 @@ from bench.drivers import ClusterSimDriver
 from bench.policies import SchedulerRouter, config_path, make_policy
 from bench.policies.epp import VIRTUAL_EPOCH
 from ray_epp.simulator import PodView, make_pod_configs
-from scheduler import Scheduler
+from scheduler import load_config
 
 from . import helpers
 from .helpers import SYSTEM, pods, req
@@ -106,7 +106,7 @@ schedulingProfiles:
   plugins:
   - pluginRef: active-request-scorer
 """
-    r = SchedulerRouter(Scheduler.from_config(yaml))
+    r = SchedulerRouter(load_config(yaml))
     two = pods("a", "b")
     first = r.route(req("r0", "x"), two, 0.0)
     second = r.route(req("r1", "y"), two, 0.0)

@@ -16,8 +16,6 @@ benchmark's simulation)."""
 
 from __future__ import annotations
 
-import random
-
 from pydantic import Field
 
 from scheduler.interfaces import Parameters, PluginHandle, SaturationDetector
@@ -50,7 +48,7 @@ class ProbabilisticAdmitter(SaturationDetector):
                 metricsStalenessThreshold=NEVER_STALE,
             )
         )
-        self.rng = random.Random()
+        self.rng = handle.rng
 
     def reject_probability(self, endpoints: list[Endpoint]) -> float:
         if not endpoints:

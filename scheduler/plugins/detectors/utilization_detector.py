@@ -24,7 +24,6 @@ should not be offered as a candidate at all."""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field
@@ -52,7 +51,7 @@ class UtilizationDetector(Filter, SaturationDetector):
     Parameters = UtilizationDetectorParameters
 
     def setup(self, handle: PluginHandle) -> None:
-        self.clock = time.time  # Unix seconds, the clock update_time is written in
+        self.clock = handle.wall_clock  # Unix seconds, the clock update_time is written in
         p = self.params
         self._staleness = p.metrics_staleness_threshold
         self._queue_limit = p.queue_depth_threshold * (1.0 + p.headroom)

@@ -23,7 +23,6 @@ load-time error, and with `maxPrefixHolders: 0` none is needed."""
 from __future__ import annotations
 
 import heapq
-import random
 from itertools import compress
 from operator import attrgetter
 
@@ -71,7 +70,7 @@ class CandidateSubsetFilter(Filter):
             producer = find_prefix_match_key(handle, p.prefix_match_info_producer_name).producer
             self.holders_key = PREFIX_HOLDERS.of(producer)
             self.consumes = (self.holders_key,)
-        self.rng = random.Random()
+        self.rng = handle.rng
         self.rng_salt = salt(self.rng)
 
     def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:

@@ -13,8 +13,6 @@ separate sets, so their union is what is counted."""
 
 from __future__ import annotations
 
-import random
-
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
@@ -34,7 +32,7 @@ class LoraAffinityFilter(Filter):
     Parameters = LoraAffinityParameters
 
     def setup(self, handle: PluginHandle) -> None:
-        self.rng = random.Random()
+        self.rng = handle.rng
 
     def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
         model = request.target_model

@@ -34,7 +34,6 @@ request off a warm endpoint."""
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from typing import Literal
@@ -122,7 +121,7 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
         p = self.params
         self.match_key = find_prefix_match_key(handle, p.prefix_match_info_producer_name)
         self.consumes = (self.match_key,)
-        self.rng = random.Random()
+        self.rng = handle.rng
         self.decisions = dict.fromkeys(OUTCOMES, 0)
         self.load: InFlightLoad | None = None
         self.predictor: PredictedLatencyProducer | None = None

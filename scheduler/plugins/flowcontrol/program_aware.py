@@ -25,7 +25,6 @@ replica's."""
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -73,7 +72,7 @@ class ProgramAwareFairness(FairnessPolicy, ResponseUsage, ReportsGauges):
     Parameters = ProgramAwareParameters
 
     def setup(self, handle: PluginHandle) -> None:
-        self.clock: Callable[[], float] = time.monotonic
+        self.clock: Callable[[], float] = handle.clock
         self.programs: dict[str, _Program] = {}
         self._swept = -math.inf
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
@@ -23,7 +21,7 @@ class MaxScorePicker(Picker):
     Parameters = PickerParameters
 
     def setup(self, handle: PluginHandle) -> None:
-        self.rng = random.Random()
+        self.rng = handle.rng
         self.rng_salt = salt(self.rng)
 
     def pick(self, cycle_state: CycleState, scored: list[ScoredEndpoint]) -> ProfileRunResult:

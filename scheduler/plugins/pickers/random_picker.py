@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Picker, PluginHandle
 from scheduler.plugins.pickers.max_score import PickerParameters
@@ -17,7 +15,7 @@ class RandomPicker(Picker):
     Parameters = PickerParameters
 
     def setup(self, handle: PluginHandle) -> None:
-        self.rng = random.Random()
+        self.rng = handle.rng
 
     def pick(self, cycle_state: CycleState, scored: list[ScoredEndpoint]) -> ProfileRunResult:
         n = min(self.params.max_num_of_endpoints, len(scored))

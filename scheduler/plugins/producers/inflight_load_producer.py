@@ -9,6 +9,9 @@ none is configured; so does Ray EPP."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from pydantic import Field
 
 from scheduler.body_fields import OUTPUT_LIMIT_FIELDS, PROMPT_FIELDS
@@ -33,8 +36,9 @@ class InFlightLoadProducer(Plugin):
         p = self.params
         self.estimate = LoadEstimate(p.add_estimated_output_tokens, p.output_ratio, p.max_estimated_output_tokens)
 
-    def new_count(self) -> InFlightLoad:
-        return InFlightLoad(self.estimate)
+    def new_count(self, clock: Callable[[], float] = time.monotonic) -> InFlightLoad:
+        """A consumer's own count, on the consumer's clock."""
+        return InFlightLoad(self.estimate, clock)
 
 
 def inflight_load_for(handle: PluginHandle) -> InFlightLoad:
@@ -42,5 +46,5 @@ def inflight_load_for(handle: PluginHandle) -> InFlightLoad:
     (the name a plugin of that type gets by default), or llm-d's defaults when there is none."""
     name = InFlightLoadProducer.type_name
     if name not in handle.plugin_names():
-        return InFlightLoadProducer().new_count()
-    return handle.plugin_of_type(name, InFlightLoadProducer, "the plugin called").new_count()
+        return InFlightLoadProducer().new_count(handle.clock)
+    return handle.plugin_of_type(name, InFlightLoadProducer, "the plugin called").new_count(handle.clock)

@@ -19,7 +19,6 @@ podDiscoveryConfig.socketPort`, 5557, unless the pod's spec names its own) and f
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from typing import Any, Literal
 
@@ -197,7 +196,7 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         self.token_source: TokenSource | None = None
         if TOKEN_PRODUCER in handle.plugin_names():  # llm-d's producers find it by its type name
             self.token_source = handle.plugin_of_type(TOKEN_PRODUCER, TokenProducer, "the token producer")
-        self.clock = time.monotonic  # replaceable (tests, the simulation's virtual clock)
+        self.clock = handle.clock  # tests replace it
         # Speculative indexing: the keys of requests scored here, until their decision is learned.
         self._pending_keys: OrderedDict[str, list[int]] = OrderedDict()
         self._speculated_key: DataKey[bool] = DataKey(f"{self.type_name}/speculated", self.name)  # once per request

@@ -94,9 +94,9 @@ class PredictedLatencyProducer(Filter):
         p = self.params
         self.ttft = LatencyModel(len(TTFT_FEATURES), p.min_samples, p.forgetting_factor)
         self.tpot = LatencyModel(len(TPOT_FEATURES), p.min_samples, p.forgetting_factor)
-        self.prefill = InFlightLedger(LOST_AFTER_S)  # uncached prompt tokens awaiting a first token
-        self.new = InFlightLedger(LOST_AFTER_S)  # requests awaiting their first token
-        self.running = InFlightLedger(LOST_AFTER_S)  # requests awaiting their end
+        self.prefill = InFlightLedger(LOST_AFTER_S, handle.clock)  # uncached prompt tokens awaiting a first token
+        self.new = InFlightLedger(LOST_AFTER_S, handle.clock)  # requests awaiting their first token
+        self.running = InFlightLedger(LOST_AFTER_S, handle.clock)  # requests awaiting their end
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._state_key = f"predicted-latency/{self.name}"
         self._hook_key = f"predicted-latency-hook/{self.name}/"

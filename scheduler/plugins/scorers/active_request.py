@@ -38,7 +38,7 @@ class ActiveRequestScorer(LedgerClock, Scorer, TentativePreRequest, ResponseComp
 
     def setup(self, handle: PluginHandle) -> None:
         self.timeout = self.params.request_timeout
-        self.ledger = InFlightLedger(self.timeout)
+        self.ledger = InFlightLedger(self.timeout, handle.clock)
 
     def counts(self) -> dict[str, int]:
         """Requests in flight per endpoint name (endpoints with none are absent)."""

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Annotated
@@ -86,7 +85,7 @@ class LoraResidencyScorer(Scorer, PreRequest):
     Parameters = LoraResidencyParameters
 
     def setup(self, handle: PluginHandle) -> None:
-        self.clock: Callable[[], float] = time.monotonic
+        self.clock: Callable[[], float] = handle.clock
         self._lock = threading.Lock()
         # endpoint name -> model -> when this scheduler last sent it there (least recent first).
         self._sent: dict[str, OrderedDict[str, float]] = {}

@@ -33,7 +33,6 @@ candidates: the cheapest scores 1, the dearest 0, all equal score 1."""
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from operator import attrgetter
@@ -85,7 +84,7 @@ class PrefillEtaScorer(Scorer, TentativePreRequest, ResponseFirstToken, Response
     Parameters = PrefillEtaParameters
 
     def setup(self, handle: PluginHandle) -> None:
-        self.clock = time.monotonic  # replaceable (tests, the simulation's virtual clock)
+        self.clock = handle.clock  # tests replace it
         self._lock = threading.Lock()
         # request id -> (endpoint name, uncached tokens, sent at, expected TTFT in s or None);
         # insertion order = send order. `_by_endpoint` holds the same entries per endpoint (send

@@ -13,6 +13,7 @@ LOST_AFTER_S so a lost response can not hold an endpoint forever."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,10 +51,10 @@ class InFlightLoad:
 
     __slots__ = ("estimate", "requests_ledger", "tokens_ledger")
 
-    def __init__(self, estimate: LoadEstimate) -> None:
+    def __init__(self, estimate: LoadEstimate, clock: Callable[[], float] = time.monotonic) -> None:
         self.estimate = estimate
-        self.requests_ledger = InFlightLedger(LOST_AFTER_S)
-        self.tokens_ledger = InFlightLedger(LOST_AFTER_S)
+        self.requests_ledger = InFlightLedger(LOST_AFTER_S, clock)
+        self.tokens_ledger = InFlightLedger(LOST_AFTER_S, clock)
 
     @property
     def clock(self) -> Callable[[], float]:

@@ -94,7 +94,7 @@ class PrefillLedger(LedgerClock, TentativePreRequest, ResponseFirstToken, Respon
     body_fields = PROMPT_FIELDS  # the prompt's length
 
     def setup(self, handle: PluginHandle) -> None:
-        self.ledger = InFlightLedger(self.params.request_timeout)
+        self.ledger = InFlightLedger(self.params.request_timeout, handle.clock)
 
     def backlog(self) -> dict[str, int]:
         """Estimated uncached prompt tokens awaiting their first token, per endpoint name."""

@@ -14,7 +14,7 @@ from scheduler import Scheduler
 from scheduler.config import load_config, load_config_file
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
-from scheduler.interfaces import KVEventSink, kv_event_sinks
+from scheduler.interfaces import KVEventSink
 from scheduler.plugins.producers.precise_prefix import PrecisePrefixCacheProducer
 from scheduler.plugins.support.prefix.precise_index import GAPPED, LIVE
 from scheduler.plugins.support.tokenized import set_request_tokens
@@ -53,7 +53,7 @@ def sched():
 
 
 def producer_of(sched) -> PrecisePrefixCacheProducer:
-    sinks = kv_event_sinks(list(sched.plugins.values()))
+    sinks = sched.hooks.having(KVEventSink)
     assert len(sinks) == 1 and isinstance(sinks[0], PrecisePrefixCacheProducer)
     return sinks[0]
 
