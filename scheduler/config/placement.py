@@ -29,8 +29,11 @@ from scheduler.interfaces import (
     PDDecider,
     Picker,
     Plugin,
+    PreRequest,
     ProfileHandler,
     Responder,
+    ResponseComplete,
+    ResponseFirstToken,
     ResponseHeader,
     ResponseUsage,
     SaturationDetector,
@@ -68,6 +71,8 @@ ROLE_PLACEMENT: dict[type[Plugin], frozenset[Placement]] = {
     ResponseUsage: frozenset({GATEWAY}),
     Responder: frozenset({GATEWAY}),
 }
+# A plugin with no placing role but lifecycle hooks (and that nothing looks up) hears them here.
+LIFECYCLE_ROLES: tuple[type[Plugin], ...] = (PreRequest, ResponseFirstToken, ResponseComplete)
 LIFECYCLE_ONLY = frozenset({GATEWAY})
 
 
@@ -96,10 +101,16 @@ def placement(
         return places
 
     out: dict[str, frozenset[Placement]] = {}
-    for name in plugins:
+    for name, plugin in plugins.items():
         places = reach(name, {name})
-        out[name] = frozenset(places or (LIFECYCLE_ONLY if not used_by[name] else ()))
+        if not places and not used_by[name] and _hooks_only(plugin):
+            places = set(LIFECYCLE_ONLY)
+        out[name] = frozenset(places)
     return out
+
+
+def _hooks_only(plugin: Plugin) -> bool:
+    return isinstance(plugin, LIFECYCLE_ROLES) and not any(isinstance(plugin, role) for role in ROLE_PLACEMENT)
 
 
 def placement_rows(

@@ -34,7 +34,6 @@ request off a warm endpoint."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Literal
 
@@ -122,6 +121,7 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
         self.match_key = find_prefix_match_key(handle, p.prefix_match_info_producer_name)
         self.consumes = (self.match_key,)
         self.rng = handle.rng
+        self._clock = handle.clock  # with no signal to hold one
         self.decisions = dict.fromkeys(OUTCOMES, 0)
         self.load: InFlightLoad | None = None
         self.predictor: PredictedLatencyProducer | None = None
@@ -175,7 +175,7 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
     def clock(self) -> Callable[[], float]:
         """The signal's clock (re-pointed by tests and the simulation's virtual time)."""
         source = self.load if self.load is not None else self.predictor
-        return source.clock if source is not None else time.monotonic
+        return source.clock if source is not None else self._clock
 
     @clock.setter
     def clock(self, clock: Callable[[], float]) -> None:
