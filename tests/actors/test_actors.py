@@ -25,6 +25,7 @@ from scheduler import (  # noqa: E402
     load_config,
 )
 from scheduler.admission import admission_detectors, pool_saturated  # noqa: E402
+from scheduler.lifecycle import LifecycleEvent  # noqa: E402
 from tests.actors import plugins_for_tests  # noqa: E402, F401  (registers the test plugins here too)
 from tests.actors.support import BLOCKS, CONFIG, MODEL, fast_options, pod_specs, request, wait_for  # noqa: E402
 
@@ -421,10 +422,10 @@ def test_two_profile_actors_run_at_the_same_time_and_report_errors(ray_session, 
 
         assert learned(outs_a[0]) == {"sim-0": 0.0}
         decision = SchedulingResult({"a": outs_a[0].result, "b": None}, "a")
-        taught_event = ProfileEvent("pre_request", request(), result=decision)
+        taught_event = ProfileEvent(LifecycleEvent.PRE_REQUEST, request(), result=decision)
         [_, taught] = ray.get(a.run_batch.remote([taught_event, ProfileCall(request(), CycleState(), want_trace=True)]))
         assert learned(taught) == {"sim-0": 1.0}
-        done = ProfileEvent("response_complete", request().without_body(), endpoint_name="sim-0")
+        done = ProfileEvent(LifecycleEvent.RESPONSE_COMPLETE, request().without_body(), endpoint_name="sim-0")
         [_, forgot] = ray.get(a.run_batch.remote([done, ProfileCall(request(), CycleState(), want_trace=True)]))
         assert learned(forgot) == {"sim-0": 0.0}
         assert ray.get(a.info.remote())["hook_errors"] == 0
@@ -476,13 +477,15 @@ def test_profile_actor_dispatches_hooks_by_declared_role_and_survives_failing_on
         decision = SchedulingResult({"default": first.result}, "default")
         assert first.result.target_endpoints[0].name == "sim-0"
 
-        [_, taught] = ray.get(actor.run_batch.remote([ProfileEvent("pre_request", request(), result=decision), call()]))
+        taught_by = ProfileEvent(LifecycleEvent.PRE_REQUEST, request(), result=decision)
+        [_, taught] = ray.get(actor.run_batch.remote([taught_by, call()]))
         sched.pre_request(request(), decision)
         want = {"test-learned-scorer": 1.0, "test-undeclared-hook-scorer": 1.0}
         assert scores(taught.trace) == want == in_process()
 
         ended = request().without_body()
-        events = [ProfileEvent(kind, ended, endpoint_name="sim-0") for kind in ("first_token", "response_complete")]
+        kinds = (LifecycleEvent.FIRST_TOKEN, LifecycleEvent.RESPONSE_COMPLETE)
+        events = [ProfileEvent(kind, ended, endpoint_name="sim-0") for kind in kinds]
         [*_, done] = ray.get(actor.run_batch.remote([*events, call()]))
         sched.response_first_token(ended, "sim-0")
         sched.response_complete(ended, "sim-0")

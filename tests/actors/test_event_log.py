@@ -7,10 +7,11 @@ import pytest
 from actors.event_log import EventLog
 from actors.protocol import ProfileEvent
 from scheduler import LLMRequest
+from scheduler.lifecycle import LifecycleEvent
 
 
 def event(i: int) -> ProfileEvent:
-    return ProfileEvent("response_complete", LLMRequest(f"r{i}", "m", {}), endpoint_name="e")
+    return ProfileEvent(LifecycleEvent.RESPONSE_COMPLETE, LLMRequest(f"r{i}", "m", {}), endpoint_name="e")
 
 
 def filled(limit: int = 4) -> EventLog:

@@ -16,6 +16,7 @@ from actors.protocol import ProfileEvent  # noqa: E402
 from bench.tokenizer_fixture import make_tokenizer  # noqa: E402
 from ray_epp.kvevents import BlockStored, KVEventBatch, ZmqEventPublisher  # noqa: E402
 from scheduler import CycleState, LLMRequest, SchedulingResult  # noqa: E402
+from scheduler.lifecycle import LifecycleEvent  # noqa: E402
 from scheduler.plugins.support.tokenizer_backends import LocalTokenizer  # noqa: E402
 from tests.actors.support import MODEL, fast_options, wait_for  # noqa: E402
 
@@ -171,7 +172,7 @@ def test_speculative_indexing_on_the_actors_sends_a_repeat_where_its_prefix_was_
             chosen = outcome.result.target_endpoints[0].name
             decision = SchedulingResult({"default": outcome.result}, "default")
             sent = first.with_body_fields(body)  # a fresh copy, as the gateway sends it
-            ray.get(actor.run_batch.remote([ProfileEvent("pre_request", sent, result=decision)]))
+            ray.get(actor.run_batch.remote([ProfileEvent(LifecycleEvent.PRE_REQUEST, sent, result=decision)]))
             sink = ray.get(actor.kv_events.remote())["sinks"]["precise-prefix-cache-producer"]
             assert sink["speculative"]["requests"] == 1 and sink["speculative"]["entries"] > 0, sink
             assert all(pod["blocks"] == 0 for pod in sink["pods"].values())  # nothing confirmed

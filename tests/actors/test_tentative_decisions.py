@@ -13,6 +13,7 @@ from actors import ActorOptions
 from actors.launcher import start_router_profile_actors, stop_router_profile_actors
 from actors.protocol import ProfileCall, ProfileEvent
 from scheduler import CycleState, ProfileRunResult, SchedulingResult
+from scheduler.lifecycle import LifecycleEvent
 from scheduler.plugins.scorers.prefill_backlog import PrefillBacklogScorer
 from tests.conftest import RAY_TEST_NAMESPACE
 from tests.scheduler.helpers import endpoint, request
@@ -49,7 +50,7 @@ def call(i: int) -> ProfileCall:
 
 def final(i: int, target) -> ProfileEvent:
     req = request(prompt=PROMPT, request_id=f"r{i}")
-    return ProfileEvent("pre_request", req, result=SchedulingResult({"default": target}, "default"))
+    return ProfileEvent(LifecycleEvent.PRE_REQUEST, req, result=SchedulingResult({"default": target}, "default"))
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,7 @@ def actor(ray_session):
 def test_a_batch_decided_on_one_snapshot_spreads_and_the_final_decision_replaces_the_tentative(ray_session, actor):
     ray = ray_session
     prior = [
-        ProfileEvent("pre_request", request(prompt=PRIOR, request_id=f"p{i}"),
+        ProfileEvent(LifecycleEvent.PRE_REQUEST, request(prompt=PRIOR, request_id=f"p{i}"),
                      result=SchedulingResult({"default": _result(ENDPOINTS[i])}, "default"))
         for i in (1, 2, 3)
     ]  # fmt: skip
@@ -82,7 +83,7 @@ def test_a_batch_decided_on_one_snapshot_spreads_and_the_final_decision_replaces
 
     # Done: the ledgers are empty again.
     ids = [f"r{i}" for i in range(4)] + [f"p{i}" for i in (1, 2, 3)]
-    ended = [ProfileEvent("response_complete", request(request_id=rid), endpoint_name="x") for rid in ids]
+    ended = [ProfileEvent(LifecycleEvent.RESPONSE_COMPLETE, request(request_id=rid), endpoint_name="x") for rid in ids]
     ray.get(actor.run_batch.remote(ended))
     assert ray.get(actor.__ray_call__.remote(backlog)) == {}
 
@@ -91,7 +92,7 @@ def test_a_withdrawn_or_unconfirmed_decision_is_taken_back(ray_session, actor):
     ray = ray_session
     [a] = ray.get(actor.run_batch.remote([call(10)]))
     assert ray.get(actor.__ray_call__.remote(backlog)) == {a.result.target_endpoints[0].name: 400}
-    withdraw = ProfileEvent("withdraw", request(request_id="r10"))
+    withdraw = ProfileEvent(LifecycleEvent.WITHDRAW, request(request_id="r10"))
     ray.get(actor.run_batch.remote([withdraw]))
     assert ray.get(actor.__ray_call__.remote(backlog)) == {}
     assert ray.get(actor.info.remote())["tentative"]["withdrawn"] == 1
