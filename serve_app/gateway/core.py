@@ -120,7 +120,7 @@ class GatewayCore:
         self.runner: RayProfileRunner | LocalProfileRunner
         if s.decide_in_replica:  # the profiles run here, on this replica's view of the pool
             self.runner = LocalProfileRunner(
-                built.profiles, lambda: self.view.endpoints, self.recorder.plugin_timer, self.detectors
+                built.profiles, lambda: self.view.endpoints, self.recorder.plugin_timer, self.lifecycle.plugins
             )
             bind_plugin_metrics(built.plugins.values(), self.recorder)  # the prefix indexer's families
         else:

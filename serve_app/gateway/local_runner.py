@@ -12,21 +12,20 @@ precise prefix index needs the profile actors).
 
 The rules are the profile actor's (actors/profile_actor.py): a decision counts in the in-flight
 ledgers at once, until its PreRequest (actors/tentative_decisions.py); the events reach each
-plugin through the same dispatcher (scheduler/hooks.py)."""
+plugin through the same dispatcher (scheduler/lifecycle.py)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
-from scheduler.hooks import RequestHooks
-
 from actors.tentative_decisions import TentativeDecisions
 from scheduler import CycleState, Endpoint, EndpointPickerConfig, LLMRequest, ProfileRunResult, SchedulingResult
 from scheduler.config import build_plugins
 from scheduler.cycle_state import profile_error_key
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.interfaces import Plugin, PluginTimer, kv_event_sinks
+from scheduler.interfaces import KVEventSink, Plugin, PluginTimer
+from scheduler.lifecycle import Lifecycle
 from scheduler.profile import SchedulerProfile
 from scheduler.scheduler import run_profile
 from scheduler.trace import SchedulingTrace
@@ -41,7 +40,7 @@ class InReplicaUnsupported(ValueError):
 
 
 def refuse_kv_event_plugins(plugins: Iterable[Plugin]) -> None:
-    sinks = kv_event_sinks(list(plugins))
+    sinks = Lifecycle(plugins).having(KVEventSink)
     if sinks:
         names = ", ".join(sorted(p.name for p in sinks))
         raise InReplicaUnsupported(
@@ -71,7 +70,7 @@ class LocalProfileRunner:
         hooked_elsewhere: Iterable[Plugin] = (),
     ) -> None:
         """`endpoints`: the replica's current view of the pool. `hooked_elsewhere`: plugins whose
-        lifecycle events the gateway already gives them (its admission detectors), told nothing here."""
+        lifecycle events the gateway already gives them (those placed in it), told nothing here."""
         skip = {id(p) for p in hooked_elsewhere}
         plugins: dict[int, Plugin] = {}
         for profile in profiles.values():
@@ -81,9 +80,9 @@ class LocalProfileRunner:
         self._profiles = dict(profiles)
         self._endpoints = endpoints
         self._timer = timer
-        self._hooks = RequestHooks(p for i, p in plugins.items() if i not in skip)
+        self._hooks = Lifecycle(p for i, p in plugins.items() if i not in skip)
         self._tentative = {
-            name: TentativeDecisions(RequestHooks(p for p in profile.plugins() if id(p) not in skip), name)
+            name: TentativeDecisions(Lifecycle(p for p in profile.plugins() if id(p) not in skip), name)
             for name, profile in self._profiles.items()
         }
 
