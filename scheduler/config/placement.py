@@ -40,7 +40,6 @@ from scheduler.interfaces import (
     Scorer,
     Screener,
     UsageLimitPolicy,
-    roles_of,
 )
 
 
@@ -111,19 +110,3 @@ def placement(
 
 def _hooks_only(plugin: Plugin) -> bool:
     return isinstance(plugin, LIFECYCLE_ROLES) and not any(isinstance(plugin, role) for role in ROLE_PLACEMENT)
-
-
-def placement_rows(
-    plugins: Mapping[str, Plugin], places: Mapping[str, frozenset[Placement]]
-) -> list[dict[str, str | list[str]]]:
-    """The table `epp config --placement` prints: plugin, type, roles, places (gateway replica,
-    profile actor, Serve router order)."""
-    return [
-        {
-            "plugin": name,
-            "type": plugin.type_name,
-            "roles": roles_of(plugin),
-            "runs_in": [p.value for p in Placement if p in places[name]],
-        }
-        for name, plugin in plugins.items()
-    ]
