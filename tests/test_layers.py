@@ -179,7 +179,7 @@ def oversized_rooms(root: Path, limit: int = ROOM_LINES) -> dict[str, int]:
 
 # Rooms over the limit that are in other hands now, with their size when that was noticed: each may
 # not grow, and its entry must go once it fits.
-PENDING_SPLIT = {"serve_app/gateway/core.py": 451}
+PENDING_SPLIT: dict[str, int] = {}
 
 
 def test_no_room_over_450_lines():
