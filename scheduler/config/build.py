@@ -154,5 +154,5 @@ def build_plugins(
         raise ConfigError([f"plugin {handler.name!r} (type {handler.type_name}): {p}" for p in problems])
     body_fields = frozenset().union(*readable.values())
     return BuiltScheduler(
-        handler, profiles, built, cfg.saturation_detector_ref, body_fields, placement(built, cfg, uses), uses
+        handler, profiles, built, cfg.saturation_detector_ref, body_fields, placement(built, cfg, uses, profiles), uses
     )

@@ -30,6 +30,7 @@ from scheduler.interfaces import (
     Picker,
     Plugin,
     PreRequest,
+    Producer,
     ProfileHandler,
     Responder,
     ResponseComplete,
@@ -41,6 +42,7 @@ from scheduler.interfaces import (
     Screener,
     UsageLimitPolicy,
 )
+from scheduler.profile import SchedulerProfile
 
 
 class Placement(StrEnum):
@@ -52,11 +54,12 @@ class Placement(StrEnum):
 GATEWAY, ACTOR, ROUTER = Placement.GATEWAY, Placement.PROFILE_ACTOR, Placement.ROUTER
 
 # The roles that place a plugin, and where. The profile roles place it only when a profile lists it.
-PROFILE_ROLES: tuple[type[Plugin], ...] = (Filter, Scorer, Picker)
+PROFILE_ROLES: tuple[type[Plugin], ...] = (Filter, Scorer, Picker, Producer)
 ROLE_PLACEMENT: dict[type[Plugin], frozenset[Placement]] = {
     Filter: frozenset({ACTOR, ROUTER}),
     Scorer: frozenset({ACTOR, ROUTER}),
     Picker: frozenset({ACTOR, ROUTER}),
+    Producer: frozenset({ACTOR, ROUTER}),  # run by the profile, before its filters
     Screener: frozenset({ACTOR, ROUTER}),  # every profile applies them
     KVEventSink: frozenset({ACTOR}),  # the profile actor subscribes to the pods' event streams
     ProfileHandler: frozenset({GATEWAY, ROUTER}),
@@ -76,11 +79,16 @@ LIFECYCLE_ONLY = frozenset({GATEWAY})
 
 
 def placement(
-    plugins: Mapping[str, Plugin], cfg: EndpointPickerConfig, uses: Mapping[str, Iterable[str]]
+    plugins: Mapping[str, Plugin],
+    cfg: EndpointPickerConfig,
+    uses: Mapping[str, Iterable[str]],
+    profiles: Mapping[str, SchedulerProfile],
 ) -> dict[str, frozenset[Placement]]:
     """Each plugin's places, in config order: its roles' (a profile role only when a profile
-    lists it), joined with those of every plugin that looked it up while being built (`uses`)."""
+    lists it, or runs it: the producers its plugins need), joined with those of every plugin that
+    looked it up while being built (`uses`)."""
     in_profiles = {ref.plugin_ref for spec in cfg.scheduling_profiles for ref in spec.plugins}
+    in_profiles |= {p.name for profile in profiles.values() for p in profile.plugins()}
     own: dict[str, set[Placement]] = {}
     for name, plugin in plugins.items():
         places: set[Placement] = set()
@@ -91,7 +99,8 @@ def placement(
     used_by: dict[str, set[str]] = {name: set() for name in plugins}
     for user, used in uses.items():
         for name in used:
-            used_by[name].add(user)
+            if name in used_by:
+                used_by[name].add(user)
 
     def reach(name: str, seen: set[str]) -> set[Placement]:
         places = set(own[name])

@@ -8,8 +8,8 @@ from actors.metrics_hub import MetricsRecorder
 from scheduler import CycleState, ProfileRunResult, SchedulingResult, load_config
 from scheduler.config import build_plugins
 from scheduler.cycle_state import RUNNING_PROFILE
-from scheduler.hooks import RequestHooks
 from scheduler.interfaces import bind_plugin_metrics
+from scheduler.lifecycle import Lifecycle
 from scheduler.plugins.producers.approx_prefix import (
     CHARS_PER_TOKEN,
     HIT_BYTES,
@@ -125,7 +125,7 @@ def test_the_combined_scorers_producer_records_under_the_scorers_name_once():
     eps = [endpoint("a")]
     req = request(prompt=PROMPT)
     result = profile.run(req, CycleState(), eps)
-    RequestHooks(profile.plugins()).pre_request(req, SchedulingResult({"default": result}, "default"))
+    Lifecycle(profile.plugins()).pre_request(req, SchedulingResult({"default": result}, "default"))
     labels = ("prefix", "approx-prefix-cache-producer")
     assert observed(rec, HIT_BYTES, labels)[0] == 1
     assert [key for key in rec.state()["gauges"] if key[0] == INDEX_SIZE] == [(INDEX_SIZE, labels)]
