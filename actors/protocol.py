@@ -90,10 +90,14 @@ def as_served(endpoints: list[Endpoint]) -> list[Endpoint]:
     scrapes succeed; a metrics actor reports on change (and a heartbeat), so an idle pod's
     `update_time` can be a heartbeat old although its metrics are current. Set to 0 ("freshness not
     tracked"), the utilization detector judges these endpoints on queue and KV alone instead of
-    calling an idle pool stale (and so saturated). The snapshot's objects are this process's own
-    copies, changed in place."""
+    calling an idle pool stale (and so saturated). The report's time stays in `reported_at`, for
+    plugins that ask what was sent since the metrics were reported (lora-residency-scorer). The
+    snapshot's objects are this process's own copies, changed in place."""
     for ep in endpoints:
-        ep.metrics.update_time = 0.0
+        m = ep.metrics
+        if m.update_time:
+            m.reported_at = m.update_time
+        m.update_time = 0.0
     return endpoints
 
 

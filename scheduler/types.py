@@ -29,7 +29,7 @@ from scheduler.input_coercion import (
 _METRIC_COUNTS = (
     "waiting_queue_size", "running_requests_size", "max_active_models", "cache_block_size", "cache_num_blocks",
 )  # fmt: skip
-_METRIC_REALS = ("kv_cache_usage_percent", "update_time")
+_METRIC_REALS = ("kv_cache_usage_percent", "update_time", "reported_at")
 
 
 @dataclass(slots=True)
@@ -48,6 +48,10 @@ class Metrics:
     cache_block_size: int = 0
     cache_num_blocks: int = 0
     update_time: float = 0.0
+    # When the metrics were reported, kept by a consumer that zeroes `update_time` because freshness
+    # was judged upstream (actors/protocol.py `as_served`): what "sent after the last report" is
+    # measured against (lora-residency-scorer). Not sent anywhere; 0: use `update_time`.
+    reported_at: float = 0.0
 
     def __post_init__(self) -> None:
         if type(self.active_models) is not dict:

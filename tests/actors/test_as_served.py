@@ -29,13 +29,13 @@ def idle_pool() -> list[Endpoint]:
     return [Endpoint(n, metrics=Metrics(update_time=NOW - HEARTBEAT_OLD)) for n in ("a", "b")]
 
 
-def test_as_served_sets_update_time_to_0_in_place_and_keeps_every_other_metric():
+def test_as_served_sets_update_time_to_0_in_place_keeps_the_report_time_and_every_other_metric():
     metrics = Metrics(waiting_queue_size=3, running_requests_size=2, kv_cache_usage_percent=0.4, update_time=NOW)
     before = metrics.to_json()
     endpoints = [Endpoint("a", metrics=metrics)]
     served = as_served(endpoints)
     assert served is endpoints and served[0].metrics is metrics  # this process's own copies, changed in place
-    assert metrics.update_time == 0.0
+    assert metrics.update_time == 0.0 and metrics.reported_at == NOW  # the report's time, kept aside
     assert metrics.to_json() == {**before, "update_time": 0.0}
 
 

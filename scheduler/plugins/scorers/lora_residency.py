@@ -13,7 +13,8 @@ the least recently used), so where an adapter was sent is a good guess of where 
 **Resident set.** Each endpoint's resident adapters are estimated as an LRU of
 `max_active_models` slots, filled in this order:
 
-1. adapters this scheduler sent there after the endpoint's last scrape (`update_time`), which the
+1. adapters this scheduler sent there after the endpoint's metrics were last reported
+   (`reported_at` where the datastore judged freshness, else `update_time`), which the
    metrics cannot show yet;
 2. the adapters the metrics list as running or waiting there;
 3. adapters sent there before that scrape, most recently sent first, while slots remain.
@@ -85,7 +86,8 @@ class LoraResidencyScorer(Scorer, PreRequest):
     Parameters = LoraResidencyParameters
 
     def setup(self, handle: PluginHandle) -> None:
-        self.clock: Callable[[], float] = handle.clock
+        # Unix seconds: "sent" times are compared with the metrics' report time, written in them.
+        self.clock: Callable[[], float] = handle.wall_clock
         self._lock = threading.Lock()
         # endpoint name -> model -> when this scheduler last sent it there (least recent first).
         self._sent: dict[str, OrderedDict[str, float]] = {}
@@ -157,7 +159,8 @@ class LoraResidencyScorer(Scorer, PreRequest):
             if at >= since:
                 break
             del sent[model]
-        scraped = metrics.update_time or float("inf")  # 0: scrape time unknown, nothing is newer
+        # When the metrics were reported (0: unknown, so nothing counts as newer than them).
+        scraped = metrics.reported_at or metrics.update_time or float("inf")
         fresh: list[str] = []  # sent since the scrape
         older: list[str] = []  # sent before it, most recent first
         for model, at in reversed(sent.items()):

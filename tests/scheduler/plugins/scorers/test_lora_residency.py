@@ -115,6 +115,12 @@ RESIDENCY_CASES = [
         id="sent after the scrape: there (or waiting for a slot) though the metrics can not show it",
     ),
     pytest.param(
+        [("p", "lora-1", NOW - 0.01)],
+        [pod("p", ["a", "b", "c", "d"], reported_at=SCRAPED)],
+        {"p": 1.0},
+        id="the same as a datastore snapshot serves it (update_time 0, the report's time kept aside)",
+    ),
+    pytest.param(
         [("p", "a", NOW - 3), ("p", "b", NOW - 2)],
         [pod("p", ["c", "d"], update_time=SCRAPED), pod("q", ["c", "d"], update_time=SCRAPED)],
         {"p": 0.0, "q": 0.8},
