@@ -157,3 +157,22 @@ def _pd_debug() -> E2ESetup:
 # The P/D config on two prefill and two decode pods, both doors: test_pd_e2e.py and
 # extproc/test_extproc_pd.py.
 PD_DEBUG = _pd_debug()
+
+
+# The default config behind two gateway replicas on one port, both doors, every decision recorded:
+# test_decision_record.py, then extproc/test_extproc_failover.py (it kills a replica). Each pod
+# takes 16 requests at once (the failover's load).
+TWO_REPLICAS = E2ESetup(
+    pods=2,
+    seed=23,
+    pod_overrides={"max_num_seqs": 16},
+    spec={
+        "replicas": 2,
+        "ext_proc_port": GATEWAY_TEST_PORT + 3,
+        "settings": {
+            "admin_token": "decisions-admin-token-0123",
+            "decision_record_ratio": 1.0,
+            "decision_record_size": 8,
+        },
+    },
+)
