@@ -100,6 +100,13 @@ def ray_processes_of(proc: subprocess.Popen) -> list[int]:
     return descendants
 
 
+def ray_started(proc: subprocess.Popen) -> bool:
+    """Whether the run's own Ray has started its GCS server."""
+    with contextlib.suppress(psutil.Error):
+        return any(p.name() == "gcs_server" for p in psutil.Process(proc.pid).children(recursive=True))
+    return False
+
+
 def assert_ctrl_c_stops_everything(proc: subprocess.Popen, descendants: list[int]) -> None:
     proc.send_signal(signal.SIGINT)
     assert proc.wait(120) == 0
@@ -214,7 +221,10 @@ def test_ctrl_c_while_starting_stops_with_one_message():
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
-        time.sleep(4)  # past the checks, inside ray.init / serve.start
+        # past the checks, inside ray.init / serve.start: the run's Ray has begun (its GCS is up)
+        deadline = time.monotonic() + 120
+        while not ray_started(proc) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
