@@ -46,7 +46,34 @@ def ray_session():
 MULTINODE_DIR = os.path.join(os.path.dirname(__file__), "multinode")
 
 
+# The test that runs after the one being torn down (None after the last): module fixtures look at it
+# to keep what the next module shares (tests/serve_app/conftest.py).
+NEXT_ITEM = pytest.StashKey[object]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    item.session.stash[NEXT_ITEM] = nextitem
+
+
 def pytest_collection_modifyitems(session, config, items):
     """The multi-node tests (tests/multinode/) run last: they shut the session Ray down and start a
-    `ray.cluster_utils.Cluster` of their own, so no test that uses `ray_session` may follow them."""
-    items.sort(key=lambda item: str(item.path).startswith(MULTINODE_DIR))  # stable: the rest keep their order
+    `ray.cluster_utils.Cluster` of their own, so no test that uses `ray_session` may follow them.
+    Modules that declare equal `E2E_SETUP`s (tests/serve_app/deployments.py) run one after the
+    other, where the first of them would, so that they share one deployment; one that spends it
+    (`E2E_SETUP_SPENT`: it stops pods) runs last of them."""
+    setups: list = []  # the first item's position of each distinct setup
+    group: dict[int, int] = {}
+    for i, item in enumerate(items):
+        setup = getattr(getattr(item, "module", None), "E2E_SETUP", None)
+        if setup is not None:
+            first = next((pos for s, pos in setups if s == setup), None)
+            if first is None:
+                setups.append((setup, i))
+            group[i] = i if first is None else first
+    def key(i: int, item) -> tuple:
+        spent = getattr(getattr(item, "module", None), "E2E_SETUP_SPENT", False)
+        return str(item.path).startswith(MULTINODE_DIR), group.get(i, i), spent, i
+
+    order = {id(item): key(i, item) for i, item in enumerate(items)}
+    items.sort(key=lambda item: order[id(item)])

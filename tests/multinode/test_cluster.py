@@ -1,16 +1,17 @@
-"""Ray EPP on several Ray nodes of one machine: a `ray.cluster_utils.Cluster` of a head and two
-workers (each with its own labels), started once for the module, everything on 127.0.0.1.
+"""Ray EPP on several Ray nodes of one machine: the multi-node modules' `ray.cluster_utils.Cluster`
+(tests/multinode/conftest.py: a head that runs no actor and three workers, each with its own
+labels), everything on 127.0.0.1.
 
 The pods are simulator pods in this process, assigned to the workers by the pods-file fields
 (`node`: a node id, `node_labels`: a label selector); the profile actors prefer w1
-(`profile_node_labels`); the gateway runs 3 replicas, which Serve spreads over the nodes; the
-datastore runs on the head, next to this driver. The tests check where each actor runs (node ids),
-that a gateway replica on another node than the profile actor schedules by Ray calls (not the
-same-node channel), and both metrics-actor scopes. The profile actors run without standbys here
+(`profile_node_labels`), the datastore w3 (`datastore_node_labels`); the gateway runs 3 replicas,
+which Serve spreads over the nodes. The tests check where each actor runs (node ids), that a
+gateway replica on another node than the profile actor schedules by Ray calls (not the same-node
+channel), and both metrics-actor scopes. The profile actors run without standbys here
 (`profile_standby: off`); a node's loss under traffic, with standbys: test_node_loss.py.
 
-This module runs last (tests/conftest.py) and shuts the session Ray down first: a driver attaches
-to one cluster at a time."""
+The multi-node modules run last (tests/conftest.py) and shut the session Ray down first: a driver
+attaches to one cluster at a time."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import GATEWAY_TEST_PORT
-from tests.multinode.nodes import MODEL, actor_node, complete, gateway_replicas, start_cluster, wait_for
+from tests.multinode.nodes import MODEL, actor_node, complete, gateway_replicas, wait_for
 
 ray = pytest.importorskip("ray")
 
@@ -27,12 +28,6 @@ pytestmark = pytest.mark.ray
 PORT = GATEWAY_TEST_PORT + 300  # the gateway; Serve's proxy at +88; the nodes' own ports from +400
 APP = "epp-multinode"
 DATASTORE = "mn-datastore"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    workers = {"w1": {"epp/host": "w1", "epp/profiles": "yes"}, "w2": {"epp/host": "w2", "gpu": "l4"}}
-    yield from start_cluster(workers, head_cpus=4, worker_cpus=4)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +56,7 @@ def options(name: str, **extra) -> dict:
         "staleness_threshold_s": 1.0,
         "check_interval_s": 0.05,
         "watch_timeout_s": 1.0,
-        "datastore_node_labels": {"epp/host": "head"},
+        "datastore_node_labels": {"epp/host": "w3"},
         "profile_node_labels": {"epp/profiles": "yes"},
         "profile_standby": "off",
         **extra,
@@ -103,7 +98,7 @@ def test_actors_run_on_their_nodes(cluster, epp):
     }
     where = {group: actor_node(value["actor"]) for group, value in groups.items()}
     assert where == {group: group.removeprefix("node:") for group in groups}, (ids, where, RayNodes.of(ray.nodes()))
-    assert actor_node(epp.actors.datastore) == ids["head"]
+    assert actor_node(epp.actors.datastore) == ids["w3"]
     (profile,) = epp.actors.profiles.values()
     assert actor_node(profile) == ids["w1"]
     replica_nodes = set(gateway_replicas(APP).values())

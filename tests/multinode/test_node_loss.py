@@ -1,7 +1,8 @@
 """Losing a Ray node under steady traffic, with profile standbys (docs/DESIGN.md, "Profile
-standbys"): a head that runs no actor (0 CPUs: Serve's controller and proxy, this driver) and three
-workers. The default profile's actor and its standby are on two different workers (a STRICT_SPREAD
-placement group), the datastore prefers w3, 4 simulated pods are assigned to the workers (p0, p3
+standbys"), on the multi-node modules' cluster (tests/multinode/conftest.py): a head that runs no
+actor (0 CPUs: Serve's controller and proxy, this driver) and three workers. The default profile's
+actor and its standby are on two different workers (a STRICT_SPREAD placement group), the
+datastore prefers w3, 4 simulated pods are assigned to the workers (p0, p3
 to w1, p1 to w2, p2 to w3) and 2 gateway replicas share the port. The first test removes the
 node of the profile's primary actor, the second then the node of the datastore; each stops the
 pods assigned to the lost node with it (a pod dies with its machine).
@@ -24,7 +25,7 @@ import httpx
 import pytest
 
 from tests.conftest import GATEWAY_TEST_PORT
-from tests.multinode.nodes import Traffic, actor_node, actor_state, gateway_replicas, start_cluster, wait_for
+from tests.multinode.nodes import Traffic, actor_node, actor_state, gateway_replicas, wait_for
 
 ray = pytest.importorskip("ray")
 
@@ -34,11 +35,6 @@ PORT = GATEWAY_TEST_PORT + 300  # the gateway; Serve's proxy at +88; the nodes' 
 APP = "epp-node-loss"
 WORKERS = ("w1", "w2", "w3")
 HELD_BY_THE_LOST_REPLICA = "connection broke"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    yield from start_cluster({w: {"epp/host": w} for w in WORKERS}, head_cpus=0, worker_cpus=2)
 
 
 @pytest.fixture(scope="module")

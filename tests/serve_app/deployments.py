@@ -6,6 +6,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,53 @@ def sim_pods(n_or_configs, seed: int, **pod_overrides: Any) -> Iterator[Any]:
         cluster.stop()
 
 
+@dataclass(frozen=True)
+class E2ESetup:
+    """What an e2e module runs against: its simulated pods and the deployment in front of them.
+    A module declares one as `E2E_SETUP` and gets them from the `sim` and `gateway` fixtures
+    (tests/serve_app/conftest.py); modules that declare equal setups run one after the other
+    (tests/conftest.py) and share one deployment, started once."""
+
+    pods: int | tuple  # n pods made with `pod_overrides`, or the PodConfigs
+    seed: int
+    pod_overrides: dict = field(default_factory=dict)
+    time_scale: float = 1.0
+    config: str = "default"  # a shipped config's name, a path or YAML text
+    spec: dict = field(default_factory=dict)  # other LaunchSpec fields: settings, replicas, ext_proc_port...
+
+
+class SharedE2E:
+    """The one e2e setup that runs (the test port takes one deployment at a time): started when a
+    module asks for another, stopped when the module after it wants a different one."""
+
+    def __init__(self) -> None:
+        self.setup: E2ESetup | None = None
+        self.sim: Any = None
+        self.deployment: Any = None
+
+    def start(self, setup: E2ESetup) -> SharedE2E:
+        from ray_epp.simulator import make_pod_configs, start_sim_pods_in_thread
+
+        if setup == self.setup:
+            return self
+        self.stop()
+        configs = make_pod_configs(setup.pods, **setup.pod_overrides) if isinstance(setup.pods, int) else setup.pods
+        self.sim = start_sim_pods_in_thread(list(configs), time_scale=setup.time_scale, seed=setup.seed)
+        self.deployment = start_deployment(self.sim, setup.config, **setup.spec)
+        self.setup = setup
+        return self
+
+    def stop(self) -> None:
+        deployment, sim = self.deployment, self.sim
+        self.setup = self.deployment = self.sim = None
+        try:
+            if deployment is not None:
+                deployment.stop()
+        finally:
+            if sim is not None:
+                sim.stop()
+
+
 def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, every_s: float = 0.1) -> Any:
     """`predicate()`'s first true value, polled; AssertionError after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
@@ -78,3 +126,53 @@ def in_flight(gateway) -> int:
 
     infos = ray.get([a.info.remote() for a in gateway.actors.all_profile_actors()], timeout=30)
     return sum(i["events"].get("pre_request", 0) - i["events"].get("response_complete", 0) for i in infos)
+
+
+def _traced_pd() -> E2ESetup:
+    from ray_epp.simulator import PodConfig
+
+    pods = (PodConfig(name="prefill-0", role="prefill"), PodConfig(name="decode-0", role="decode"))
+    settings = {"tracing_sample_ratio": 1.0, "tracing_exporter": "none"}
+    return E2ESetup(pods=pods, seed=5, config="pd", spec={"settings": settings})
+
+
+# The P/D config on one prefill and one decode pod, the Serve gateway tracing every request (no
+# collector): the tracing tests of both doors (test_tracing.py, extproc/test_extproc_tracing.py).
+TRACED_PD = _traced_pd()
+
+
+def _pd_debug() -> E2ESetup:
+    from ray_epp.simulator import PodConfig, TimingConfig
+
+    # Prefill 10x slower than the default engine (0.25 s for a 900-token prompt), so that a prefill
+    # can be caught running.
+    slow_prefill = TimingConfig(prefill_per_token_s=3.0e-4)
+    pods = tuple(PodConfig(name=f"prefill-{i}", role="prefill", timing=slow_prefill) for i in range(2))
+    pods += tuple(PodConfig(name=f"decode-{i}", role="decode") for i in range(2))
+    # The trace is how the tests see the P/D decision: open to any x-epp-debug value.
+    spec = {"settings": {"debug_trace": True}, "ext_proc_port": GATEWAY_TEST_PORT + 3}
+    return E2ESetup(pods=pods, seed=3, config="pd", spec=spec)
+
+
+# The P/D config on two prefill and two decode pods, both doors: test_pd_e2e.py and
+# extproc/test_extproc_pd.py.
+PD_DEBUG = _pd_debug()
+
+
+# The default config behind two gateway replicas on one port, both doors, every decision recorded:
+# test_decision_record.py, then extproc/test_extproc_failover.py (it kills a replica). Each pod
+# takes 16 requests at once (the failover's load).
+TWO_REPLICAS = E2ESetup(
+    pods=2,
+    seed=23,
+    pod_overrides={"max_num_seqs": 16},
+    spec={
+        "replicas": 2,
+        "ext_proc_port": GATEWAY_TEST_PORT + 3,
+        "settings": {
+            "admin_token": "decisions-admin-token-0123",
+            "decision_record_ratio": 1.0,
+            "decision_record_size": 8,
+        },
+    },
+)

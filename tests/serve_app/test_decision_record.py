@@ -17,28 +17,24 @@ from serve_app.admin.api import AdminApi, admin_router
 from serve_app.cli import commands as cli
 from serve_app.gateway.decision_record import FLUSH_INTERVAL_S, DecisionRecorder, explained
 from serve_app.gateway.side_routes import DESTINATION_HEADER
-from tests.serve_app.deployments import sim_pods, start_deployment
+from tests.serve_app.deployments import TWO_REPLICAS
 
 pytestmark = pytest.mark.ray
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-TOKEN = "decisions-admin-token-0123"
+TOKEN = TWO_REPLICAS.spec["settings"]["admin_token"]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-KEPT = 8
+KEPT = TWO_REPLICAS.spec["settings"]["decision_record_size"]
 SENT = 14
 
 
-@pytest.fixture(scope="module")
-def sim():
-    yield from sim_pods(3, seed=11)
+# extproc/test_extproc_failover.py runs against the same setup, after this module: it kills a replica.
+E2E_SETUP = TWO_REPLICAS
 
 
 @pytest.fixture(scope="module")
-def deployment(ray_session, sim):
-    settings = {"admin_token": TOKEN, "decision_record_ratio": 1.0, "decision_record_size": KEPT}
-    dep = start_deployment(sim, "default", replicas=2, settings=settings)
-    yield dep
-    dep.stop()
+def deployment(gateway):
+    return gateway
 
 
 @pytest.fixture(scope="module")

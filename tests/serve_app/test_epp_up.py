@@ -24,6 +24,9 @@ from tests.conftest import GATEWAY_TEST_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
 EPP = str(Path(sys.executable).parent / "epp")
+# Where a test is not about Ray's dashboard (test_epp_up_operator.py is), `epp up` runs without it:
+# its start costs seconds here, and tens of seconds on a loaded machine.
+NO_DASHBOARD = ("--no-dashboard",)
 
 
 def start_up(port: int, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
@@ -100,6 +103,13 @@ def ray_processes_of(proc: subprocess.Popen) -> list[int]:
     return descendants
 
 
+def ray_started(proc: subprocess.Popen) -> bool:
+    """Whether the run's own Ray has started its GCS server."""
+    with contextlib.suppress(psutil.Error):
+        return any(p.name() == "gcs_server" for p in psutil.Process(proc.pid).children(recursive=True))
+    return False
+
+
 def assert_ctrl_c_stops_everything(proc: subprocess.Popen, descendants: list[int]) -> None:
     proc.send_signal(signal.SIGINT)
     assert proc.wait(120) == 0
@@ -129,7 +139,8 @@ def test_up_serves_on_loopback_stops_on_ctrl_c_and_comes_back_on_the_same_port()
     the next port before). One `epp up` start costs ~20 s here, so both runs share one test."""
     port = GATEWAY_TEST_PORT + 250
     for run in range(2):
-        proc, url = start_up(port)
+        # the first run as a user starts it (Ray's dashboard too: it must listen on 127.0.0.1 alone)
+        proc, url = start_up(port, *NO_DASHBOARD * run)
         try:
             assert url == f"http://127.0.0.1:{port}"
             descendants = ray_processes_of(proc)
@@ -168,7 +179,7 @@ def test_two_ups_started_at_once_on_one_port_do_not_share_it(tmp_path):
         outs.append(tmp_path / f"out{i}")
         errs.append(tmp_path / f"err{i}")
         with outs[i].open("w") as out, errs[i].open("w") as err:
-            cmd = [EPP, "up", "--port", str(port), "--proxy-port", str(port + 1 + i), "--sim-pods", "2"]
+            cmd = [EPP, "up", "--port", str(port), "--proxy-port", str(port + 1 + i), "--sim-pods", "2", *NO_DASHBOARD]
             procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err, text=True, start_new_session=True))
     try:
         deadline = time.monotonic() + 300
@@ -209,12 +220,15 @@ def test_ctrl_c_while_starting_stops_with_one_message():
     # Ctrl-C's default action in the child even where the test runner was started with SIGINT
     # ignored (a background job of a non-interactive shell): Python then keeps ignoring it
     proc = subprocess.Popen(
-        [EPP, "up", "--port", str(GATEWAY_TEST_PORT + 262), "--sim-pods", "2"],
+        [EPP, "up", "--port", str(GATEWAY_TEST_PORT + 262), "--sim-pods", "2", *NO_DASHBOARD],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
-        time.sleep(4)  # past the checks, inside ray.init / serve.start
+        # past the checks, inside ray.init / serve.start: the run's Ray has begun (its GCS is up)
+        deadline = time.monotonic() + 120
+        while not ray_started(proc) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import GATEWAY_TEST_PORT
+from tests.serve_app.deployments import PD_DEBUG
 
 pytestmark = pytest.mark.ray
 
@@ -21,31 +21,9 @@ def fresh(tag: str) -> str:
     return f"[{tag}] " + LONG
 
 
-@pytest.fixture(scope="module")
-def sim():
-    from ray_epp.simulator import PodConfig, TimingConfig, start_sim_pods_in_thread
-
-    # Prefill 10x slower than the default engine (0.25 s for LONG), so a prefill can be caught running.
-    slow_prefill = TimingConfig(prefill_per_token_s=3.0e-4)
-    pods = [PodConfig(name=f"prefill-{i}", role="prefill", timing=slow_prefill) for i in range(2)]
-    pods += [PodConfig(name=f"decode-{i}", role="decode") for i in range(2)]
-    cluster = start_sim_pods_in_thread(pods, time_scale=1.0, seed=3)
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def gateway(ray_session, sim):
-    from actors.launcher import PodSpec
-    from serve_app.cli.launch import EppDeployment, LaunchSpec
-
-    pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
-    # The trace is how these tests see the P/D decision: open it to any x-epp-debug value.
-    dep = EppDeployment.start(
-        LaunchSpec(config_path="pd", pods=pods, settings={"debug_trace": True}, port=GATEWAY_TEST_PORT)
-    )
-    yield dep
-    dep.stop()
+# extproc/test_extproc_pd.py runs against the same setup, before this module: it stops pods.
+E2E_SETUP = PD_DEBUG
+E2E_SETUP_SPENT = True
 
 
 def ask(client, prompt: str, **extra) -> tuple[httpx.Response, dict]:

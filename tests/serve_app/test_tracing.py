@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request  # module level: the route's annotation must resolve
 
-from tests.serve_app.deployments import start_deployment
+from tests.serve_app.deployments import TRACED_PD
 
 pytestmark = pytest.mark.ray
 sdk = pytest.importorskip("opentelemetry.sdk.trace", reason="the `tracing` extra is not installed")
@@ -34,22 +34,14 @@ def client_traceparent(trace_id: str = TRACE_ID) -> str:
     return f"00-{trace_id}-{CLIENT_SPAN}-01"
 
 
-@pytest.fixture(scope="module")
-def sim():
-    from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
-
-    pods = [PodConfig(name="prefill-0", role="prefill"), PodConfig(name="decode-0", role="decode")]
-    cluster = start_sim_pods_in_thread(pods, time_scale=1.0, seed=5)
-    yield cluster
-    cluster.stop()
+# The Serve gateway traces every request and propagates the context (no collector to export to).
+# test_extproc_tracing.py runs against the same setup.
+E2E_SETUP = TRACED_PD
 
 
 @pytest.fixture(scope="module")
-def deployment(ray_session, sim):
-    # The Serve gateway traces every request and propagates the context (no collector to export to).
-    dep = start_deployment(sim, "pd", settings={"tracing_sample_ratio": 1.0, "tracing_exporter": "none"})
-    yield dep
-    dep.stop()
+def deployment(gateway):
+    return gateway
 
 
 def headers_seen(sim, pod: str) -> list[tuple[str, dict[str, str]]]:

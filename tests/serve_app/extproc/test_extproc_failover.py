@@ -27,14 +27,13 @@ import pytest
 import yaml
 
 from bench.real_envoy import BOOTSTRAP
-from tests.conftest import GATEWAY_TEST_PORT
-from tests.serve_app.deployments import replicas, sim_pods, start_deployment, wait_until
+from tests.serve_app.deployments import TWO_REPLICAS, replicas, wait_until
 from tests.serve_app.extproc.envoy import Stream, decide, respond
 
 pytestmark = pytest.mark.ray
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-EXT_PROC_PORT = GATEWAY_TEST_PORT + 3
+EXT_PROC_PORT = TWO_REPLICAS.spec["ext_proc_port"]
 WORKERS = 6
 MAX_LOAD_S = 120.0  # the load's bound in time; it stops sooner, once the survivor has shown it serves
 AFTER_KILL = 20  # streams the survivor answers after the kill before the load stops
@@ -56,16 +55,10 @@ RETRIES = int(POLICY["num_retries"])
 BACKOFF_S = float(POLICY["retry_back_off"]["base_interval"].removesuffix("s"))
 
 
-@pytest.fixture(scope="module")
-def sim():
-    yield from sim_pods(2, seed=23, max_num_seqs=16)
-
-
-@pytest.fixture(scope="module")
-def gateway(ray_session, sim):
-    dep = start_deployment(sim, replicas=2, ext_proc_port=EXT_PROC_PORT)
-    yield dep
-    dep.stop()
+# The setup of test_decision_record.py, which runs before this module (tests/conftest.py: it
+# kills a replica).
+E2E_SETUP = TWO_REPLICAS
+E2E_SETUP_SPENT = True
 
 
 def new_stub(address: str):

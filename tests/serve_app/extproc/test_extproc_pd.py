@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from tests.conftest import GATEWAY_TEST_PORT
-from tests.serve_app.deployments import start_deployment
+from tests.serve_app.deployments import PD_DEBUG
 from tests.serve_app.extproc.envoy import stub_for, through_envoy
 
 pytestmark = pytest.mark.ray
@@ -21,22 +20,8 @@ LONG = "The quick brown fox studies distributed systems and writes long essays a
 PREFILLER = "x-prefiller-host-port"
 
 
-@pytest.fixture(scope="module")
-def sim():
-    from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
-
-    pods = [PodConfig(name=f"prefill-{i}", role="prefill") for i in range(2)]
-    pods += [PodConfig(name=f"decode-{i}", role="decode") for i in range(2)]
-    cluster = start_sim_pods_in_thread(pods, time_scale=1.0, seed=5)
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def gateway(ray_session, sim):
-    dep = start_deployment(sim, "pd", settings={"debug_trace": True}, ext_proc_port=GATEWAY_TEST_PORT + 3)
-    yield dep
-    dep.stop()
+# The setup of test_pd_e2e.py, which runs after this module (tests/conftest.py: it stops pods).
+E2E_SETUP = PD_DEBUG
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from tests.serve_app.deployments import start_deployment, wait_until
+from tests.serve_app.deployments import TRACED_PD, wait_until
 from tests.serve_app.extproc.envoy import Stream, decide, stub_for, through_envoy
 
 pytestmark = pytest.mark.ray
@@ -25,21 +25,13 @@ LONG = "The quick brown fox studies distributed systems and writes long essays a
 CLIENT_SPAN = "00f067aa0ba902b7"
 
 
-@pytest.fixture(scope="module")
-def sim():
-    from ray_epp.simulator import PodConfig, start_sim_pods_in_thread
-
-    pods = [PodConfig(name="prefill-0", role="prefill"), PodConfig(name="decode-0", role="decode")]
-    cluster = start_sim_pods_in_thread(pods, time_scale=1.0, seed=5)
-    yield cluster
-    cluster.stop()
+# The actors of test_tracing.py's setup (this module drives them through a door of its own).
+E2E_SETUP = TRACED_PD
 
 
 @pytest.fixture(scope="module")
-def deployment(ray_session, sim):
-    dep = start_deployment(sim, "pd")
-    yield dep
-    dep.stop()
+def deployment(gateway):
+    return gateway
 
 
 class TracedDoor:
@@ -156,7 +148,7 @@ def test_a_pd_stream_traces_the_prefill_and_decode_hops(door):
     out = through_envoy(
         door.stub,
         "/v1/completions",
-        body("[pd] " + LONG, stream=True),
+        body("[ext_proc pd] " + LONG, stream=True),  # uncached: test_tracing.py's pods are these
         {"traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"},
     )
     assert out.status == 200 and "x-prefiller-host-port" in out.request_set

@@ -14,7 +14,7 @@ from scheduler.errors import ConfigError
 from scheduler.plugins.responders.models_responder import ModelsResponder
 from tests.scheduler.helpers import request
 
-README_CONFIG = Path(__file__).parents[1] / "fixtures" / "llm-d" / "readme" / "models-responder.yaml"
+README_CONFIG = Path(__file__).parents[3] / "fixtures" / "llm-d" / "readme" / "models-responder.yaml"
 BASE = "meta-llama/Llama-3.1-8B-Instruct"
 
 
