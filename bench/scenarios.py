@@ -58,7 +58,12 @@ class Scenario:
 
 
 def _shared_prefix(
-    name: str, title: str, spec: wl.SharedPrefixSpec, pods: int, source: str, duration_s: float,
+    name: str,
+    title: str,
+    spec: wl.SharedPrefixSpec,
+    pods: int,
+    source: str,
+    duration_s: float,
     pod_blocks: int | None = None,
 ) -> Scenario:
     reuse = (
@@ -160,7 +165,10 @@ def build_scenarios() -> dict[str, Scenario]:
             workload=lambda rate, seed, n: wl.agentic_workload(rate, seed, wl.AgenticSpec(num_requests=n)),
             fractions=(0.5, NEAR_SATURATION, 1.1),
             policies=(
-                "epp-default", "epp-default-unsticky", "epp-llmd-sticky-until-saturated", "sglang-cache-aware",
+                "epp-default",
+                "epp-default-unsticky",
+                "epp-llmd-sticky-until-saturated",
+                "sglang-cache-aware",
                 "round-robin",
             ),
             duration_s=60,

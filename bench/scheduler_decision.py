@@ -252,7 +252,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--decisions", type=int, default=3000)
     ap.add_argument("--warmup", type=int, default=1000)
     ap.add_argument(
-        "--respond", action="store_true",
+        "--respond",
+        action="store_true",
         help="report each decision's first token and completion at once (untimed), so plugins that learn "
         "from responses (predicted-latency-producer) are warm; in-flight ledgers then stay empty",
     )
@@ -269,8 +270,15 @@ def main(argv: list[str] | None = None) -> None:
     for n in args.endpoints.split(","):
         rounds = [
             run(
-                int(n), args.decisions, args.warmup, args.prompt_bytes, args.groups, args.seed + i, args.gc_freeze,
-                args.config, args.respond,
+                int(n),
+                args.decisions,
+                args.warmup,
+                args.prompt_bytes,
+                args.groups,
+                args.seed + i,
+                args.gc_freeze,
+                args.config,
+                args.respond,
             )
             for i in range(args.rounds)
         ]

@@ -103,7 +103,7 @@ async def send_all(handle: Any, requests: list[tuple[int, str, dict[str, Any]]],
 def attach_decisions(sent: list[Sent], decisions: list[Any]) -> None:
     """Match the router's decisions to the requests, in order (requests were sent one at a time)."""
     ok = [s for s in sent if not s.error]
-    for s, d in zip(ok, decisions[-len(ok):] if ok else [], strict=False):
+    for s, d in zip(ok, decisions[-len(ok) :] if ok else [], strict=False):
         if s.replica and s.replica != d.replica:
             s.how = f"{d.how} (router says {d.replica}!)"
         else:

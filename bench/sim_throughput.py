@@ -63,8 +63,9 @@ def _prompt(k: int, tokens: int) -> str:
     return (head * (tokens * 4 // len(head) + 1))[: tokens * 4]
 
 
-async def drive(urls: list[str], concurrency: int, duration: float, warmup: float,
-                prompt_tokens: int = 0) -> dict[str, Any]:
+async def drive(
+    urls: list[str], concurrency: int, duration: float, warmup: float, prompt_tokens: int = 0
+) -> dict[str, Any]:
     body = {"model": DEFAULT_MODEL, "prompt": _prompt(0, 0), "max_tokens": 8}
     counter = iter(range(1 << 62))
     latencies: list[float] = []
@@ -110,8 +111,14 @@ def bench_http(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=10)
-    return {"pods": args.pods, "concurrency": args.concurrency, "time_scale": args.time_scale,
-            "kv_events": args.kv_events, "prompt_tokens": args.prompt_tokens, **result}
+    return {
+        "pods": args.pods,
+        "concurrency": args.concurrency,
+        "time_scale": args.time_scale,
+        "kv_events": args.kv_events,
+        "prompt_tokens": args.prompt_tokens,
+        **result,
+    }
 
 
 def bench_cluster(args: argparse.Namespace) -> dict[str, Any]:

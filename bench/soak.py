@@ -8,7 +8,8 @@ capacity measured first (a closed loop at twice the pods' batch slots; the simul
 gives the ceiling it is compared with), half the requests streamed. Every
 `--fault-every` seconds one fault, in turn: a pod process killed and started again `--pod-down`
 seconds later, the datastore actor killed, a metrics actor killed, a profile actor killed, a gateway
-replica killed (Ray restarts the actors; Serve replaces the replica), a pod hung (SIGSTOP for
+replica killed (Ray restarts the actors; Serve replaces the replica), with `--nodes` a Ray node
+lost (bench/soak_nodes.py), a pod hung (SIGSTOP for
 `--hang` seconds, then SIGCONT) and, with `--kv-events` (pods publish vLLM KV events, the profile
 actor follows them with bench/configs/precise.yaml), a pod's KV-event publisher restarted (its
 process killed and started again at once on the same ports). Half the prompts (`--shared-prefix`)
@@ -48,7 +49,7 @@ import aiohttp
 
 from bench.e2e import _free_port
 from bench.gateway_overhead import ROOT, _wait_http
-from bench.soak_faults import FAULTS, Fault, SoakFaults
+from bench.soak_faults import FAULTS, Fault, SoakFaults, held_by_lost_replica
 from bench.soak_plots import plot, plot_small
 from bench.soak_sampling import SoakSampling, print_summary, process_summary, size_summary
 
@@ -83,6 +84,9 @@ class SoakConfig:
     max_outstanding: int = 512
     faults: tuple[str, ...] = FAULTS
     seed: int = 13
+    # 0: one local Ray, as `epp up` starts it; N: a head running no actor and N worker nodes
+    # (bench/soak_nodes.py), with profile standbys, and the `node` fault
+    nodes: int = 0
 
 
 @dataclass(slots=True)
@@ -108,6 +112,7 @@ class Soak(SoakFaults, SoakSampling):
     outstanding: int = 0
     skipped: int = 0  # arrivals not sent because max_outstanding were in flight
     dep: Any = None
+    cluster: Any = None  # bench/soak_nodes.SoakCluster with `nodes`
 
     # --- pods: one process each --------------------------------------------------------------
 
@@ -160,13 +165,25 @@ class Soak(SoakFaults, SoakSampling):
                     **({"kvEvents": {"endpoint": f"tcp://127.0.0.1:{self.kv_ports[n]}"}} if self.cfg.kv_events else {}))
             for n in names
         ]  # fmt: skip
-        spec = LaunchSpec(pods=pods, port=self.cfg.port, replicas=self.cfg.replicas, config=config)
+        address, actor_options = None, None
+        if self.cfg.nodes:
+            from bench.soak_nodes import WORKER_ROLE, SoakCluster
+
+            self.cluster = SoakCluster(self.cfg)
+            address = self.cluster.start()
+            actor_options = {"datastore_node_labels": WORKER_ROLE}
+        spec = LaunchSpec(pods=pods, port=self.cfg.port, replicas=self.cfg.replicas, config=config, address=address,
+                          actor_options=actor_options)  # fmt: skip
         self.dep = EppDeployment.start(spec)
 
     def stop(self) -> None:
-        if self.dep is not None:
-            self.dep.stop()
-        self.stop_pods()
+        try:
+            if self.dep is not None:
+                self.dep.stop()
+            self.stop_pods()
+        finally:
+            if self.cluster is not None:
+                self.cluster.stop()
 
     # --- load ----------------------------------------------------------------------------------
 
@@ -286,11 +303,13 @@ class Soak(SoakFaults, SoakSampling):
             # by completion: a request in flight on a killed replica was sent before the fault
             inside = [r for r in res if f.t <= r.t + r.latency_s < end]
             bad = [r for r in inside if r.status != 200]
+            held = [r for r in bad if held_by_lost_replica(f, r.error, r.t + r.latency_s)]
             windows.append({
                 **asdict(f),
                 "window_s": round(end - f.t, 1),
                 "requests": len(inside),
                 "failed": len(bad),
+                "held_by_lost_replica": len(held),
                 "failed_by": _count(_kind(r) for r in bad),
                 "last_failure_after_s": round(max(r.t for r in bad) - f.t, 1) if bad else None,
             })  # fmt: skip
@@ -306,6 +325,7 @@ class Soak(SoakFaults, SoakSampling):
             "ok": len(ok),
             "failed": len(res) - len(ok),
             "failed_by": _count(_kind(r) for r in res if r.status != 200),
+            "held_by_lost_replica": sum(w["held_by_lost_replica"] for w in windows),
             "skipped_outstanding_cap": self.skipped,
             "fault_free": {"sent": len(fault_free), "failed": sum(1 for r in fault_free if r.status != 200)},
             "latency_ok_s": {"p50": _pct(ok, 0.5), "p99": _pct(ok, 0.99), "max": ok[-1] if ok else None},
@@ -387,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--faults", nargs="*", default=None, choices=FAULTS, help="default: all (kv-publisher with --kv-events)"
     )
+    p.add_argument("--nodes", type=int, default=d.nodes, help="worker nodes of a local cluster (0: one local Ray)")
     p.add_argument("--kv-events", action="store_true", help="pods publish KV events; the precise prefix index follows")
     p.add_argument("--shared-prefix", type=float, default=d.shared_prefix)
     p.add_argument("--hang", type=float, default=d.hang_s, help="seconds a hung pod stays SIGSTOPped")
@@ -401,17 +422,20 @@ def main(argv: list[str] | None = None) -> int:
         plot(report, a.out.with_suffix(".png"))
         plot_small(report, a.out.with_name(a.out.name + "_rss.png"), a.out.with_name(a.out.name + "_errors.png"))
         return 0
-    faults = a.faults if a.faults is not None else [f for f in FAULTS if a.kv_events or f != "kv-publisher"]
+    optional = {"kv-publisher": a.kv_events, "node": a.nodes > 0}
+    faults = a.faults if a.faults is not None else [f for f in FAULTS if optional.get(f, True)]
     cfg = SoakConfig(
         minutes=a.minutes, load=a.load, pods=a.pods, replicas=a.replicas, port=a.port, fault_every_s=a.fault_every,
         pod_down_s=a.pod_down, sample_every_s=a.sample_every, capacity_s=a.capacity_seconds, faults=tuple(faults),
-        kv_events=a.kv_events, shared_prefix=a.shared_prefix, hang_s=a.hang,
+        kv_events=a.kv_events, shared_prefix=a.shared_prefix, hang_s=a.hang, nodes=a.nodes,
     )  # fmt: skip
     report = run_soak(cfg, a.out)
-    summary = {k: report[k] for k in ("capacity", "rate_rps", "sent", "ok", "failed", "failed_by", "fault_free")}
+    keys = ("capacity", "rate_rps", "sent", "ok", "failed", "failed_by", "held_by_lost_replica", "fault_free")
+    summary = {k: report[k] for k in keys}
     print(json.dumps(summary, indent=1))
     for f in report["faults"]:
-        print(f"  {f['kind']:16} at {f['t']:7.1f} s: {f['requests']} ended, {f['failed']} failed {f['failed_by']}, "
+        print(f"  {f['kind']:16} at {f['t']:7.1f} s: {f['requests']} ended, {f['failed']} failed {f['failed_by']} "
+              f"({f['held_by_lost_replica']} held by a lost replica), "
               f"back after {f['recovered_s']} s")  # fmt: skip
     for k, v in report["sizes"].items():
         print(f"  {k}: {v}")

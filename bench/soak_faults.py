@@ -1,6 +1,6 @@
 """The soak's faults (bench/soak.py), one at a time and in turn: what each one breaks (a pod process,
-an actor, a gateway replica, a hung pod, a KV-event publisher) and how the soak tells the part is
-back, so every fault's cost and recovery time can be reported."""
+an actor, a gateway replica, a hung pod, a KV-event publisher, a Ray node: bench/soak_nodes.py) and
+how the soak tells the part is back, so every fault's cost and recovery time can be reported."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bench.soak import SoakConfig
 
-FAULTS = ("pod", "datastore", "metrics-actor", "profile-actor", "gateway-replica", "hung-pod", "kv-publisher")
+FAULTS = ("pod", "datastore", "metrics-actor", "profile-actor", "gateway-replica", "hung-pod", "kv-publisher", "node")
 
 
 @dataclass
@@ -26,6 +26,19 @@ class Fault:
     detail: str = ""
     back_t: float | None = None  # pods: when the process was started again
     recovered_s: float | None = None  # from the fault until the part serves again
+    replicas_lost: int = 0  # gateway replicas that died with the fault (their connections break)
+
+
+# What a client sees when the gateway replica holding its connection dies. Such failures within
+# HELD_S of a fault that took a replica are counted apart: no server can save a connection held by
+# a process that is gone (the kernel hands new connections to the dead replica's socket until the
+# process exits, so a few sent just after the fault break the same way).
+CONNECTION_BROKEN = frozenset({"ServerDisconnectedError", "ClientPayloadError", "ClientOSError"})
+HELD_S = 10.0
+
+
+def held_by_lost_replica(fault: Fault, error: str, ended_at: float) -> bool:
+    return fault.replicas_lost > 0 and error in CONNECTION_BROKEN and ended_at - fault.t <= HELD_S
 
 
 class SoakFaults:
@@ -37,6 +50,7 @@ class SoakFaults:
     t0: float
     pod_procs: dict[str, subprocess.Popen]
     faults: list[Fault]
+    cluster: Any  # bench/soak_nodes.SoakCluster with --nodes, else None
     start_pod: Callable[[str], None]
 
     def inject(self, kind: str, k: int) -> Fault:
@@ -126,6 +140,7 @@ class SoakFaults:
             victim = victims[k % len(victims)]
             ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
             fault.detail = f"gateway replica {victim} killed (Serve replaces it)"
+            fault.replicas_lost = 1
 
             def back() -> bool:  # a replacement runs (and, being RUNNING, serves the port)
                 names = [n for n in replica_actor_names() if f"::{self.dep.app_name}#Gateway#" in n]
@@ -133,6 +148,11 @@ class SoakFaults:
                     return False
                 deployment = serve.status().applications[self.dep.app_name].deployments["Gateway"]
                 return deployment.replica_states.get("RUNNING", 0) >= self.cfg.replicas
+        elif kind == "node":
+            if self.cluster is None:
+                raise ValueError("the node fault needs --nodes")
+            back = self.cluster.lose_node(fault, k, self.dep)
+            fault.back_t = time.monotonic() - self.t0
         else:
             raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULTS)}")
         deadline = time.monotonic() + 120

@@ -54,8 +54,7 @@ def _selection_service() -> Any:
         from dynamo._core import SelectionService
     except ImportError as err:  # pragma: no cover - depends on the optional install
         raise DynamoUnavailable(
-            "the dynamo-kv policy runs Dynamo's own selection core: "
-            "pip install --no-deps ai-dynamo-runtime==1.6.1"
+            "the dynamo-kv policy runs Dynamo's own selection core: pip install --no-deps ai-dynamo-runtime==1.6.1"
         ) from err
     return SelectionService(indexer_threads=1)
 

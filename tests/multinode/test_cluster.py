@@ -18,8 +18,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from bench.local_cluster import actor_node, gateway_replicas, wait_for
 from tests.conftest import GATEWAY_TEST_PORT
-from tests.multinode.nodes import MODEL, actor_node, complete, gateway_replicas, wait_for
+from tests.multinode.nodes import MODEL, complete
 
 ray = pytest.importorskip("ray")
 

@@ -24,8 +24,9 @@ from itertools import pairwise
 import httpx
 import pytest
 
+from bench.local_cluster import actor_node, actor_state, gateway_replicas, wait_for
 from tests.conftest import GATEWAY_TEST_PORT
-from tests.multinode.nodes import Traffic, actor_node, actor_state, gateway_replicas, wait_for
+from tests.multinode.nodes import Traffic
 
 ray = pytest.importorskip("ray")
 

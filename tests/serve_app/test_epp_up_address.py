@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_ports import write_agent_port_files
+from bench.local_cluster import write_agent_port_files
 from tests.conftest import GATEWAY_TEST_PORT
 from tests.serve_app.test_epp_up import complete, start_up, stop_up
 
@@ -91,7 +91,7 @@ print(json.dumps({"named": sorted(f"{a['namespace']}/{a['name']}" for a in named
 
 def write_port_files_when_started(tmp: Path, node_id: str, ports: dict[str, int], stop: threading.Event) -> None:
     """`ray start` names its session directory itself: write the head's agent port files
-    (tests/agent_ports.py) as soon as it is there."""
+    (bench/local_cluster.py) as soon as it is there."""
     while not stop.is_set():
         session = tmp / "session_latest"
         if session.exists():
