@@ -161,6 +161,9 @@ def start_cluster(
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_agent_register_timeout_ms"] = "180000"  # noqa: SIM112 (Ray's own spelling)
     temp_dir = os.path.join(os.environ.get("RAY_TMPDIR", "/tmp"), "multinode")
+    # Cluster writes the head's address to <RAY_TMPDIR>/ray/ray_current_cluster, and fails on a
+    # fresh RAY_TMPDIR without that folder
+    os.makedirs(os.path.join(os.environ.get("RAY_TMPDIR", "/tmp"), "ray"), exist_ok=True)
     c = Cluster()
     session = f"session_multinode_{os.getpid()}_{len(workers)}"
     sdir = session_dir(temp_dir, session)

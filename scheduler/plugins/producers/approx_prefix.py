@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import ClassVar
@@ -113,8 +113,12 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
     # llm-d's prefix_indexer families are this producer's; the precise one (a subclass) has none.
     exports_indexer_metrics: ClassVar[bool] = True
 
+    # Monotonic seconds for the idle-server sweep; the builder's clock (virtual in the simulation).
+    clock: Callable[[], float] = time.monotonic
+
     def setup(self, handle: PluginHandle) -> None:
         p: ApproxPrefixCacheParameters = self.params
+        self.clock = handle.clock
         block = p.block_size if p.block_size > 0 and p.block_size_tokens == 16 else p.block_size_tokens
         self.configure(
             auto_tune=p.auto_tune,
@@ -143,7 +147,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
         self.lru_capacity = lru_capacity
         self.index = PrefixIndex(lru_capacity)
         self.inactive_check_seconds = INACTIVE_SERVER_CHECK_SECONDS
-        self.next_check = time.monotonic() + self.inactive_check_seconds
+        self.next_check: float | None = None  # the first sweep is a check interval after the first call
         self.unseen: set[str] = set()  # indexed servers not yet seen in this check interval
         self.produces = (PREFIX_MATCH_INFO.of(self.name), PREFIX_HOLDERS.of(self.name))
         # Per request, in its derived data: the (block size, max blocks) it was matched with, for learn().
@@ -314,8 +318,10 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
         """Cheap liveness: an indexed server no call listed and no decision named during a whole
         check interval is forgotten (llm-d checks the pod list every 2 minutes). Filters may hide a
         live server from one profile, so one call's candidates are not the pod list."""
-        now = time.monotonic()
-        if now >= self.next_check:
+        now = self.clock()
+        if self.next_check is None:
+            self.next_check = now + self.inactive_check_seconds
+        elif now >= self.next_check:
             for server in self.unseen:
                 self.index.remove_server(server)
             self.unseen = set(self.index.servers())

@@ -417,9 +417,13 @@ def test_servers_unseen_for_a_whole_interval_are_forgotten():
         plugin.pre_request(completion("m", f"{pod.name}-prompt"), decided(pod))
     req = completion("m", "aaaa")
 
-    def new_interval():
-        plugin.producer.next_check = 0.0  # the check interval has passed
+    now = [0.0]
+    plugin.producer.clock = lambda: now[0]
 
+    def new_interval():
+        now[0] += plugin.producer.inactive_check_seconds
+
+    plugin.score(CycleState(), req, [pods["pod1"]])  # the first call starts the clock
     new_interval()
     plugin.score(CycleState(), req, [pods["pod1"]])  # starts an interval watching all three
     # pod2 appears in one call (another profile's candidates), pod3 never
