@@ -25,7 +25,6 @@ target). Per request awaiting its decision it keeps the holders' matches only, n
 from __future__ import annotations
 
 import sys
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -113,12 +112,8 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
     # llm-d's prefix_indexer families are this producer's; the precise one (a subclass) has none.
     exports_indexer_metrics: ClassVar[bool] = True
 
-    # Monotonic seconds for the idle-server sweep; the builder's clock (virtual in the simulation).
-    clock: Callable[[], float] = time.monotonic
-
     def setup(self, handle: PluginHandle) -> None:
         p: ApproxPrefixCacheParameters = self.params
-        self.clock = handle.clock
         block = p.block_size if p.block_size > 0 and p.block_size_tokens == 16 else p.block_size_tokens
         self.configure(
             auto_tune=p.auto_tune,
@@ -127,6 +122,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
             max_prefix_tokens=p.max_prefix_tokens_to_match,
             lru_capacity=p.lru_capacity_per_server,
             min_block_size_tokens=MIN_BLOCK_SIZE_TOKENS,
+            clock=handle.clock,
         )
 
     def configure(
@@ -138,7 +134,9 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
         max_prefix_tokens: int,
         lru_capacity: int,
         min_block_size_tokens: int,
+        clock: Callable[[], float],
     ) -> None:
+        """`clock`: monotonic seconds for the idle-server sweep, the handle's (virtual in the simulation)."""
         self.auto_tune = auto_tune
         self.default_block_size_tokens = block_size_tokens
         self.min_block_size_tokens = min_block_size_tokens
@@ -146,6 +144,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
         self.max_prefix_tokens = max_prefix_tokens
         self.lru_capacity = lru_capacity
         self.index = PrefixIndex(lru_capacity)
+        self.clock = clock
         self.inactive_check_seconds = INACTIVE_SERVER_CHECK_SECONDS
         self.next_check: float | None = None  # the first sweep is a check interval after the first call
         self.unseen: set[str] = set()  # indexed servers not yet seen in this check interval

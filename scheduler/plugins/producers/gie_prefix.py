@@ -70,6 +70,7 @@ class GIEPrefixCacheProducer(ApproxPrefixCacheProducer):
             max_prefix_tokens=p.max_prefix_tokens_to_match,
             lru_capacity=p.lru_capacity_per_server or DEFAULT_LRU_CAPACITY_PER_SERVER,
             min_block_size_tokens=0,
+            clock=handle.clock,
         )
 
     def metric_labels(self) -> tuple[str, str]:

@@ -187,6 +187,7 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
             max_prefix_tokens=fallback.max_prefix_tokens_to_match,
             lru_capacity=fallback.lru_capacity_per_server,
             min_block_size_tokens=MIN_BLOCK_SIZE_TOKENS,
+            clock=handle.clock,
         )
         self.precise = PreciseIndex(p.token_processor.tokens_per_block)
         self.max_precise_blocks = fallback.max_prefix_tokens_to_match // self.precise.block_size
@@ -196,7 +197,6 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         self.token_source: TokenSource | None = None
         if TOKEN_PRODUCER in handle.plugin_names():  # llm-d's producers find it by its type name
             self.token_source = handle.plugin_of_type(TOKEN_PRODUCER, TokenProducer, "the token producer")
-        self.clock = handle.clock  # tests replace it
         # Speculative indexing: the keys of requests scored here, until their decision is learned.
         self._pending_keys: OrderedDict[str, list[int]] = OrderedDict()
         self._speculated_key: DataKey[bool] = DataKey(f"{self.type_name}/speculated", self.name)  # once per request
