@@ -18,7 +18,10 @@ request or the call (actors/protocol.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+if TYPE_CHECKING:
+    from scheduler.interfaces import PluginHandle
 
 T = TypeVar("T")
 D = TypeVar("D")
@@ -37,6 +40,23 @@ class DataKey(Generic[T]):
 
     def __str__(self) -> str:
         return f"{self.name}/{self.producer}" if self.producer else self.name
+
+
+def consumed_key(handle: PluginHandle, key: DataKey[T], producer_name: str, field: str, what: str) -> DataKey[T]:
+    """`key` as written by the producer that a consumer's parameter `field` names (`producer_name`),
+    else by the key's default producer: what the consumer declares in `consumes`. A ValueError (a
+    config error) when the name is no plugin, or one that writes no such key (`what` it writes); a
+    default producer missing from the config is the build's data-flow check to report."""
+    key = key.of(producer_name)
+    names = handle.plugin_names()
+    if producer_name and names and producer_name not in names:
+        raise ValueError(f"{field} {producer_name!r} names no plugin in 'plugins'")
+    if key.producer in names:
+        plugin = handle.plugin(key.producer)
+        if key not in getattr(plugin, "produces", ()):
+            article = "an" if plugin.type_name[:1] in "aeiou" else "a"
+            raise ValueError(f"{field} {key.producer!r} is {article} {plugin.type_name}, which produces no {what}")
+    return key
 
 
 class RequestData:

@@ -144,6 +144,8 @@ class Producer(Plugin):
     a producer. A producer may consume another's keys (it then runs after it)."""
 
     produces: tuple[DataKey[Any], ...] = ()
+    # Data names (DataKey.name) read if the profile runs their producer, then run before this; none required.
+    runs_after: tuple[str, ...] = ()
 
     @abstractmethod
     def produce(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:

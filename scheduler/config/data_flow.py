@@ -2,7 +2,8 @@
 the plugin that produces it (llm-d's config loader checks consumers against producers alike).
 
 A profile runs the producers it lists and every producer of the config whose keys its plugins
-(and those producers, in turn) consume; a producer runs after the producers of the keys it reads.
+(and those producers, in turn) consume; a producer runs after the producers of the keys it reads,
+and after those of the profile that write data it reads when present (`Producer.runs_after`).
 A consumed key that no plugin of the config produces is a config error naming the profile, the
 plugin and the key: caught when the config loads, not as a scorer that silently scores zero."""
 
@@ -25,6 +26,36 @@ def profile_producers(
         if isinstance(plugin, Producer):
             for key in plugin.produces:
                 by_key.setdefault(key, plugin)
+    chosen: list[Producer] = []
+
+    def choose(producer: Producer) -> None:
+        if not any(p is producer for p in chosen):
+            chosen.append(producer)
+            need(producer)
+
+    def need(consumer: Plugin) -> None:
+        for key in consumer.consumes:
+            producer = by_key.get(key)
+            if producer is None:
+                errors.append(
+                    f"schedulingProfiles {profile_name!r}: plugin {consumer.name!r} (type {consumer.type_name}) "
+                    f"reads the data key {str(key)!r}, which no plugin in 'plugins' produces"
+                )
+            else:
+                choose(producer)
+
+    for producer in listed:
+        choose(producer)
+    for plugin in plugins:
+        need(plugin)
+    return _in_order(profile_name, chosen, by_key, errors)
+
+
+def _in_order(
+    profile_name: str, chosen: list[Producer], by_key: dict[DataKey[Any], Producer], errors: list[str]
+) -> list[Producer]:
+    """`chosen`, each producer after those it reads (the producers of its `consumes`, then those of
+    `chosen` that write what it `runs_after`), otherwise in the order given."""
     ordered: list[Producer] = []
     placing: list[Producer] = []
 
@@ -36,23 +67,16 @@ def profile_producers(
             errors.append(f"schedulingProfiles {profile_name!r}: producers read each other's keys in a cycle: {chain}")
             return
         placing.append(producer)
-        need(producer)
+        for key in producer.consumes:
+            if key in by_key:
+                place(by_key[key])
+        if producer.runs_after:
+            for other in chosen:
+                if other is not producer and any(key.name in producer.runs_after for key in other.produces):
+                    place(other)
         placing.pop()
         ordered.append(producer)
 
-    def need(consumer: Plugin) -> None:
-        for key in consumer.consumes:
-            producer = by_key.get(key)
-            if producer is None:
-                errors.append(
-                    f"schedulingProfiles {profile_name!r}: plugin {consumer.name!r} (type {consumer.type_name}) "
-                    f"reads the data key {str(key)!r}, which no plugin in 'plugins' produces"
-                )
-            else:
-                place(producer)
-
-    for producer in listed:
+    for producer in chosen:
         place(producer)
-    for plugin in plugins:
-        need(plugin)
     return ordered

@@ -119,6 +119,26 @@ def test_a_listed_producer_runs_even_when_no_plugin_reads_it():
     assert [p.name for p in build_plugins(cfg).profiles["default"].producers] == ["test-seen-producer"]
 
 
+@register
+class SeenIfThereProducer(Producer):
+    """Reads the seen producer's data when its profile runs it, and does without otherwise."""
+
+    type_name = "test-seen-if-there-producer"
+    runs_after = (SEEN.name,)
+    produces = (DataKey("test/seen-if-there", "test-seen-if-there-producer"),)
+
+    def produce(self, cycle_state, request, endpoints) -> None:
+        cycle_state.put(self.produces[0], len(cycle_state.get(SEEN, ())))
+
+
+def test_a_producer_runs_after_the_producers_of_what_it_reads_when_present_and_adds_none():
+    listed = ["test-seen-if-there-producer", "test-seen-producer"]
+    cfg = load_config(config(listed, listed))
+    assert [p.name for p in build_plugins(cfg).profiles["default"].producers] == listed[::-1]
+    cfg = load_config(config(listed, listed[:1]))  # the seen producer configured, in no profile
+    assert [p.name for p in build_plugins(cfg).profiles["default"].producers] == listed[:1]
+
+
 @pytest.mark.parametrize(
     ("plugins", "missing"),
     [

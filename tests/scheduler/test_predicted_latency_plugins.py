@@ -7,10 +7,12 @@ import math
 
 import pytest
 
-from scheduler import Endpoint, LLMRequest, Metrics, Scheduler, SchedulingError, load_config
-from scheduler.errors import ErrorCode
+from scheduler import CycleState, Endpoint, LLMRequest, Metrics, Scheduler, SchedulingError, load_config
+from scheduler.errors import ConfigError, ErrorCode
 from scheduler.flowcontrol.types import FlowItem
+from scheduler.interfaces import PreRequest, ResponseComplete, ResponseFirstToken
 from scheduler.plugins.flowcontrol.slo_deadline import SLODeadlineOrderingPolicy
+from scheduler.plugins.support.latency_prediction import PREDICTED_LATENCY, Prediction
 
 CONFIG = """
 apiVersion: llm-d.ai/v1alpha1
@@ -67,6 +69,13 @@ def trained(headroom: str = "least") -> tuple[Scheduler, Clock]:
 POOL = [ep("pod-0", 0), ep("pod-1", 3), ep("pod-2", 5)]  # predicted ~20, ~50, ~70 ms
 
 
+def produced(producer, req: LLMRequest, pool: list[Endpoint]) -> dict[str, Prediction] | None:
+    """What the producer writes for `req` in a profile run (None: nothing, the model is cold)."""
+    state = CycleState()
+    producer.produce(state, req, pool)
+    return state.get(PREDICTED_LATENCY.of(producer.name))
+
+
 def pick(sched: Scheduler, headers: dict[str, str], priority: int = 0, pool=POOL) -> str:
     req = LLMRequest("r", "m", body={"prompt": "x" * 40, "max_tokens": 11}, headers=headers, priority=priority)
     return sched.schedule(req, pool, run_pre_request=False).target.name
@@ -77,9 +86,7 @@ def test_the_producer_learns_ttft_and_tpot_from_the_hooks():
     producer = sched.plugins["predicted-latency-producer"]
     assert producer.info()["observed"] == {"ttft": 40, "tpot": 40}
     assert producer.info()["pending"] == 0
-    from scheduler.cycle_state import CycleState
-
-    predicted = producer.predictions(CycleState(), LLMRequest("q", "m", body={"prompt": "x" * 40}), POOL)
+    predicted = produced(producer, LLMRequest("q", "m", body={"prompt": "x" * 40}), POOL)
     assert predicted["pod-0"].ttft_ms == pytest.approx(20, abs=2)
     assert predicted["pod-2"].ttft_ms == pytest.approx(70, abs=3)
     assert predicted["pod-1"].tpot_ms == pytest.approx(5, abs=0.5)
@@ -103,6 +110,7 @@ def test_slo_aware_picking(headroom, headers, expected):
 
 def test_cold_predictor_steps_aside():
     sched = Scheduler.from_config(load_config(CONFIG.replace("HEADROOM", "least")))
+    assert produced(sched.plugins["predicted-latency-producer"], LLMRequest("q", "m"), POOL) is None  # no key
     # Every endpoint scores alike and passes the filters, even with an SLO nobody could meet.
     names = {pick(sched, {"x-slo-ttft-ms": "1"}, priority=-1) for _ in range(30)}
     assert names == {"pod-0", "pod-1", "pod-2"}
@@ -181,7 +189,6 @@ def test_shipped_slo_config_loads():
 
 
 def test_the_inlined_hot_path_predicts_what_the_model_does():
-    from scheduler.cycle_state import CycleState
     from scheduler.plugins.producers.predicted_latency import _tpot_features, _ttft_features
 
     sched, _ = trained()
@@ -191,7 +198,7 @@ def test_the_inlined_hot_path_predicts_what_the_model_does():
         for i in range(5)
     ]
     req = LLMRequest("q", "m", body={"prompt": "y" * 400})
-    predicted = producer.predictions(CycleState(), req, pool)
+    predicted = produced(producer, req, pool)
     for ep in pool:
         x = _ttft_features(ep, 100, 0, 0)
         assert predicted[ep.name].ttft_ms == pytest.approx(producer.ttft.predict(ep.name, x))
@@ -226,11 +233,82 @@ schedulingProfiles:
 
 
 def test_the_admitter_listed_outside_every_profile_is_a_load_error_not_silence():
-    from scheduler.errors import ConfigError
-
     with pytest.raises(ConfigError, match=r"'latency-slo-admitter' .* add it to a profile's plugins"):
         load_config(
             LLMD_SHAPE.replace(
                 "- type: slo-headroom-tier-filter\n", "- type: slo-headroom-tier-filter\n- type: latency-slo-admitter\n"
             )
         )
+
+
+def test_the_producer_alone_hears_the_hooks_once_per_event():
+    """Three consumers in the profile: the producer learns each event once, and no consumer hears it."""
+    sched, clock = trained()
+    producer = sched.plugins["predicted-latency-producer"]
+    for role in (PreRequest, ResponseFirstToken, ResponseComplete):
+        assert sched.hooks.having(role) == [producer]
+    req = LLMRequest("once", "m", body={"prompt": "x" * 40, "max_tokens": 11})
+    sched.schedule(req, [POOL[0]])
+    clock.now += 0.02
+    sched.response_first_token(req, "pod-0")
+    clock.now += 0.05
+    sched.response_complete(req, "pod-0")
+    assert producer.info()["observed"] == {"ttft": 41, "tpot": 41}
+
+
+PREFIX_FIRST = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: predicted-latency-producer
+- type: latency-scorer
+- type: prefix-cache-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: predicted-latency-producer
+  - pluginRef: latency-scorer
+  - pluginRef: prefix-cache-scorer
+"""
+
+
+def test_the_producer_runs_after_the_profile_s_prefix_producer_and_adds_none():
+    """It reads the prefix match (the request's uncached tokens), so it runs after the producer of it
+    even when listed first; a profile without a prefix scorer runs no prefix producer for it."""
+    sched = Scheduler.from_config(load_config(PREFIX_FIRST))
+    producers = [p.type_name for p in sched.profiles["default"].producers]
+    assert producers == ["gie-prefix-cache-producer", "predicted-latency-producer"]
+    alone = Scheduler.from_config(load_config(PREFIX_FIRST.replace("  - pluginRef: prefix-cache-scorer\n", "")))
+    assert [p.type_name for p in alone.profiles["default"].producers] == ["predicted-latency-producer"]
+
+
+@pytest.mark.parametrize(
+    ("plugins", "message"),
+    [
+        ("- type: latency-scorer\n", "reads the data key 'predicted-latency/predicted-latency-producer', which no"),
+        (
+            "- type: queue-scorer\n- type: latency-scorer\n  parameters: {predictorName: queue-scorer}\n",
+            "predictorName 'queue-scorer' is a queue-scorer, which produces no latency predictions",
+        ),
+        (
+            "- type: slo-headroom-tier-filter\n  parameters: {predictorName: mine}\n",
+            "predictorName 'mine' names no plugin in 'plugins'",
+        ),
+    ],
+)
+def test_a_consumer_without_its_producer_is_a_load_error(plugins, message):
+    ref = "latency-scorer" if "latency-scorer" in plugins else "slo-headroom-tier-filter"
+    cfg = f"plugins:\n{plugins}schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: {ref}\n"
+    with pytest.raises(ConfigError, match=message):
+        load_config(cfg)
+
+
+def test_a_consumer_reads_the_producer_its_predictor_name_names():
+    cfg = (
+        "plugins:\n- type: predicted-latency-producer\n  name: mine\n- type: latency-scorer\n"
+        "  parameters: {predictorName: mine}\n"
+        "schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: latency-scorer\n"
+    )
+    sched = Scheduler.from_config(load_config(cfg))
+    assert sched.plugins["latency-scorer"].consumes == (PREDICTED_LATENCY.of("mine"),)
+    assert sched.profiles["default"].producers == [sched.plugins["mine"]]

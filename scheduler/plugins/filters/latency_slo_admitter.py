@@ -16,7 +16,7 @@ from pydantic import Field
 from scheduler.cycle_state import FILTER_FAILURE_KEY, CycleState
 from scheduler.errors import ErrorCode, SchedulingError
 from scheduler.interfaces import Filter, PluginHandle
-from scheduler.plugins.producers.predicted_latency import PredictorConsumer, PredictorParameters
+from scheduler.plugins.support.latency_prediction import PredictorParameters, predicted_latency_key
 from scheduler.plugins.support.slo import relative_headroom, slo_targets
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
@@ -29,20 +29,21 @@ class LatencySLOAdmitterParameters(PredictorParameters):
 
 
 @register
-class LatencySLOAdmitter(PredictorConsumer, Filter):
+class LatencySLOAdmitter(Filter):
     type_name = "latency-slo-admitter"
     Parameters = LatencySLOAdmitterParameters
     needs_profile_reference = True  # the loader refuses it listed only under plugins
 
     def setup(self, handle: PluginHandle) -> None:
-        self.find_predictor(handle, self.params.predictor_name)
+        self.predicted_key = predicted_latency_key(handle, self.params.predictor_name)
+        self.consumes = (self.predicted_key,)
         self.refused = 0
 
     def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
         targets = slo_targets(request)
         if not targets.any or not targets.prediction or (self.params.only_sheddable and not request.sheddable):
             return endpoints
-        predicted = self.predictor.predictions(cycle_state, request, endpoints)
+        predicted = cycle_state.get(self.predicted_key)
         if (
             predicted is None
             or not endpoints

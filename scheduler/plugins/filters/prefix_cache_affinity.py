@@ -18,9 +18,10 @@ by more than `maxTTFTPenaltyMs`; then every endpoint stays and the scorers after
   with `ttftSource: prefillThroughput` (the default) an endpoint's TTFT is its in-flight tokens /
   `peakPrefillThroughput` (15,928 tokens/s, llm-d's H100 calibration) in ms, the tokens counted as
   `inflight-load-producer` counts them (uncached prompt tokens, released at the first token); with
-  `latencyPredictor` it is `predicted-latency-producer`'s TTFT for this request. A side without the
-  signal (a cold predictor) skips the gate and keeps all, as llm-d does. `maxTTFTPenaltyMs: 0`
-  always sticks.
+  `latencyPredictor` it is this request's TTFT as predicted by the `predicted-latency-producer` that
+  `latencyPredictionInfoProducerName` names (its PREDICTED_LATENCY key; default that type's name).
+  A side without the signal (a cold predictor) skips the gate and keeps all, as llm-d does.
+  `maxTTFTPenaltyMs: 0` always sticks.
 
 The match comes from `prefixMatchInfoProducerName` (else the prefix-cache-scorer's producer, else
 the plugin called `approx-prefix-cache-producer`), found as `no-hit-lru-scorer` finds it; the
@@ -40,6 +41,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from scheduler.cycle_state import CycleState
+from scheduler.data_keys import DataKey
 from scheduler.interfaces import (
     Filter,
     Parameters,
@@ -50,9 +52,9 @@ from scheduler.interfaces import (
 )
 from scheduler.plugins.filters.utilization_filter import Condition, within
 from scheduler.plugins.producers.inflight_load_producer import inflight_load_for
-from scheduler.plugins.producers.predicted_latency import PredictedLatencyProducer
 from scheduler.plugins.scorers.no_hit_lru import find_prefix_match_key
 from scheduler.plugins.support.inflight_load_count import InFlightLoad
+from scheduler.plugins.support.latency_prediction import Prediction, predicted_latency_key
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 
@@ -124,12 +126,13 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
         self._clock = handle.clock  # with no signal to hold one
         self.decisions = dict.fromkeys(OUTCOMES, 0)
         self.load: InFlightLoad | None = None
-        self.predictor: PredictedLatencyProducer | None = None
+        self.predicted_key: DataKey[dict[str, Prediction]] | None = None
         if p.max_ttft_penalty_ms > 0 and p.ttft_source == "prefillThroughput":
             self.load = inflight_load_for(handle)
         elif p.max_ttft_penalty_ms > 0:
-            name = p.latency_prediction_info_producer_name or PredictedLatencyProducer.type_name
-            self.predictor = handle.plugin_of_type(name, PredictedLatencyProducer, "latencyPredictionInfoProducerName")
+            name, field = p.latency_prediction_info_producer_name, "latencyPredictionInfoProducerName"
+            self.predicted_key = predicted_latency_key(handle, name, field)
+            self.consumes = (self.match_key, self.predicted_key)
 
     # -- the filter ------------------------------------------------------------------------------
 
@@ -164,9 +167,9 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
 
     def _ttft_ms(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[str, float]:
         """Per endpoint name, the TTFT the gate compares (an endpoint without the signal absent)."""
-        if self.predictor is not None:
-            predicted = self.predictor.predictions(cycle_state, request, endpoints)
-            return {} if predicted is None else {name: pr.ttft_ms for name, pr in predicted.items()}
+        if self.predicted_key is not None:
+            predicted = cycle_state.get(self.predicted_key, {})
+            return {name: pr.ttft_ms for name, pr in predicted.items()}
         assert self.load is not None
         tokens, per_ms = self.load.tokens(), self.params.peak_prefill_throughput / 1000.0
         return {ep.name: tokens.get(ep.name, 0) / per_ms for ep in endpoints}
@@ -174,27 +177,22 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
     @property
     def clock(self) -> Callable[[], float]:
         """The signal's clock (re-pointed by tests and the simulation's virtual time)."""
-        source = self.load if self.load is not None else self.predictor
-        return source.clock if source is not None else self._clock
+        return self.load.clock if self.load is not None else self._clock
 
     @clock.setter
     def clock(self, clock: Callable[[], float]) -> None:
         if self.load is not None:
             self.load.clock = clock
-        elif self.predictor is not None:
-            self.predictor.clock = clock
 
     def _decided(self, outcome: str, endpoints: list[Endpoint]) -> list[Endpoint]:
         self.decisions[outcome] += 1
         return endpoints
 
-    # -- the lifecycle: the gate's signal follows the request (the producer learns on its own) -----
+    # -- the lifecycle: the gate's signal follows the request (the producers learn on their own) ----
 
     def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         if self.load is not None:
             self.load.add(request, result)
-        elif self.predictor is not None:
-            self.predictor.learn_decision(request, result)
 
     def withdraw(self, request: LLMRequest) -> None:
         if self.load is not None:
@@ -203,11 +201,7 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
     def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         if self.load is not None:
             self.load.first_token(request)
-        elif self.predictor is not None:
-            self.predictor.learn_first_token(request)
 
     def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         if self.load is not None:
             self.load.complete(request)
-        elif self.predictor is not None:
-            self.predictor.learn_complete(request)

@@ -1,17 +1,24 @@
 """`predicted-latency-producer` (llm-d-router pkg/epp/framework/plugins/.../predictedlatency): per
-candidate endpoint, this request's predicted TTFT and TPOT, for `latency-scorer`,
-`slo-headroom-tier-filter` and `latency-slo-admitter`, which look it up by name
-(`predictorName`, default this type's name) and relay the lifecycle hooks to it, once per event.
+endpoint of the profile's pool, this request's predicted TTFT and TPOT, written under its
+PREDICTED_LATENCY key (scheduler/plugins/support/latency_prediction.py) before the filters, for
+`latency-scorer`, `slo-headroom-tier-filter`, `latency-slo-admitter` and `prefix-cache-affinity-filter`,
+which read the key of the producer they name (`predictorName`, default this type's name).
 
 llm-d asks trained models in sidecars; here the model is in the plugin (scheduler/plugins/support/
-latency_model.py: RLS per endpoint with a pool-wide prior), learned from what the hooks report:
+latency_model.py: RLS per endpoint with a pool-wide prior), learned from its own lifecycle hooks:
 
 * PreRequest: the target's features at decision time (scraped waiting / running / KV use, this
-  request's uncached prompt tokens there by the prefix scorer's match, and this producer's own
+  request's uncached prompt tokens there by the prefix producer's match, and this producer's own
   ledger of prompt tokens and requests sent there whose first token has not come), and the time.
 * ResponseFirstToken: TTFT = now - decision time, one observation for the TTFT model.
 * ResponseComplete: TPOT = (now - first token) / (output tokens - 1), the output length taken as
   the client's `max_tokens` (the gateway sees no token count in the hook); one TPOT observation.
+
+Producing: while the TTFT model is cold nothing is written (the consumers step aside). Warm, every
+request gets its predictions, whatever its headers: the SLO consumers read the request's
+`x-slo-*` / `x-prediction-based-scheduling` headers themselves, and the affinity filter's TTFT gate
+reads the predictions whatever they say. It runs after the profile's prefix producer when there is
+one (`runs_after`), whose match it reads through the endpoints' PREFIX_MATCH_KEY attribute.
 
 In the Ray path the state lives in each profile actor (every replica's events reach it), as the
 prefix index does; each shard of a sharded profile learns from its own share of the traffic."""
@@ -19,36 +26,30 @@ prefix index does; each shard of a sharded profile learns from its own share of 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pydantic import Field
 
 from scheduler.body_fields import OUTPUT_LIMIT_FIELDS, PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
-from scheduler.data_keys import DataKey
 from scheduler.interfaces import (
-    Filter,
     Parameters,
     PluginHandle,
     PreRequest,
+    Producer,
     ResponseComplete,
     ResponseFirstToken,
 )
 from scheduler.plugins.support.inflight_ledger import InFlightLedger
 from scheduler.plugins.support.latency_model import TPOT_FEATURES, TTFT_FEATURES, LatencyModel
+from scheduler.plugins.support.latency_prediction import PREDICTED_LATENCY, Prediction
 from scheduler.plugins.support.prefill_ledger import prefill_target, prompt_tokens, uncached_tokens
-from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
+from scheduler.plugins.support.prefix import PREFIX_MATCH_INFO, PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 
 LOST_AFTER_S = 600.0
-
-
-@dataclass(slots=True)
-class Prediction:
-    ttft_ms: float
-    tpot_ms: float | None  # None until the TPOT model is warm
 
 
 @dataclass(slots=True)
@@ -79,16 +80,14 @@ def output_tokens(request: LLMRequest) -> int:
 
 
 @register
-class PredictedLatencyProducer(Filter):
-    """A filter only so that llm-d's configs, which list the producer in the profile (it prepares
-    data there), load: as a filter it passes every endpoint."""
+class PredictedLatencyProducer(Producer, PreRequest, ResponseFirstToken, ResponseComplete):
+    """Listed in a profile (as llm-d's samples do) or only under `plugins`: either way the profiles
+    whose plugins read its key run it."""
 
     type_name = "predicted-latency-producer"
     body_fields = PROMPT_FIELDS | frozenset(OUTPUT_LIMIT_FIELDS)  # prompt tokens; TPOT over the output
     Parameters = PredictedLatencyParameters
-
-    def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
-        return endpoints
+    runs_after = (PREFIX_MATCH_INFO.name,)  # the prefix producer's match, when the profile runs one
 
     def setup(self, handle: PluginHandle) -> None:
         p = self.params
@@ -98,8 +97,7 @@ class PredictedLatencyProducer(Filter):
         self.new = InFlightLedger(LOST_AFTER_S, handle.clock)  # requests awaiting their first token
         self.running = InFlightLedger(LOST_AFTER_S, handle.clock)  # requests awaiting their end
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
-        self._state_key = f"predicted-latency/{self.name}"
-        self._hook_key = f"predicted-latency-hook/{self.name}/"
+        self.produces = (PREDICTED_LATENCY.of(self.name),)
         self.observed = {"ttft": 0, "tpot": 0}
 
     @property
@@ -112,19 +110,22 @@ class PredictedLatencyProducer(Filter):
 
     # -- prediction (the hot path) ----------------------------------------------------------------
 
-    def predictions(
-        self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
-    ) -> dict[str, Prediction] | None:
-        """Predicted latency per endpoint name, or None while the TTFT model is cold (once per cycle)."""
-        cached = cycle_state.read(self._state_key)
-        if cached is not None:
-            return cached or None
+    def produce(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:
+        """This request's predictions for `endpoints`; nothing while the TTFT model is cold."""
+        predicted = self.predict(request, endpoints, cycle_state.attribute_by_endpoint(PREFIX_MATCH_KEY))
+        if predicted:
+            cycle_state.put(self.produces[0], predicted)
+
+    def predict(
+        self, request: LLMRequest, endpoints: list[Endpoint], matches: Mapping[str, PrefixCacheMatchInfo] | None = None
+    ) -> dict[str, Prediction]:
+        """Predicted latency per endpoint name (`matches`: the prefix match per endpoint name); empty
+        while the TTFT model is cold."""
         out: dict[str, Prediction] = {}
         if self.ttft.warm:
             # The hot path: one dot product per endpoint, inlined (the features of _ttft_features /
             # _tpot_features, in their order), about 1 µs an endpoint.
             prompt = prompt_tokens(request)
-            matches = cycle_state.attribute_by_endpoint(PREFIX_MATCH_KEY)
             prefill, new, running = self.prefill.totals(), self.new.totals(), self.running.totals()
             ttft_ready, ttft_pool = self.ttft.weights()  # type: ignore[misc] (warm)
             tpot_weights = self.tpot.weights()
@@ -145,21 +146,11 @@ class PredictedLatencyProducer(Filter):
                     tpot = b[0] + b[1] * m.running_requests_size + b[2] * m.kv_cache_usage_percent
                     tpot = max(0.0, tpot + b[3] * running.get(name, 0))
                 out[name] = Prediction(max(0.0, ttft), tpot)
-        cycle_state.write(self._state_key, out)
-        return out or None
+        return out
 
-    # -- learning (relayed by the consumers, once per event) ---------------------------------------
+    # -- learning: its own lifecycle hooks, once per event ----------------------------------------
 
-    def _first_time(self, request: LLMRequest, event: str) -> bool:
-        key: DataKey[bool] = DataKey(self._hook_key + event)
-        if request.derived.get(key):
-            return False
-        request.derived.put(key, True)
-        return True
-
-    def learn_decision(self, request: LLMRequest, result: SchedulingResult) -> None:
-        if not self._first_time(request, "pre"):
-            return
+    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
         target = prefill_target(result)
         if target is None:
             return
@@ -179,9 +170,7 @@ class PredictedLatencyProducer(Filter):
         self.new.add(rid, [(name, 1)])
         self.running.add(rid, [(name, 1)])
 
-    def learn_first_token(self, request: LLMRequest) -> None:
-        if not self._first_time(request, "first"):
-            return
+    def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
         rid = request.request_id
         pending = self._pending.get(rid)
         self.prefill.release(rid)
@@ -192,9 +181,7 @@ class PredictedLatencyProducer(Filter):
         self.ttft.observe(pending.endpoint, pending.ttft_x, (pending.first_at - pending.sent_at) * 1000.0)
         self.observed["ttft"] += 1
 
-    def learn_complete(self, request: LLMRequest) -> None:
-        if not self._first_time(request, "done"):
-            return
+    def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
         rid = request.request_id
         pending = self._pending.pop(rid, None)
         for ledger in (self.prefill, self.new, self.running):
@@ -232,39 +219,3 @@ def _ttft_features(ep: Endpoint, uncached: int, inflight_prefill: int, inflight_
 def _tpot_features(ep: Endpoint, inflight: int) -> list[float]:
     m = ep.metrics
     return [1.0, float(m.running_requests_size), m.kv_cache_usage_percent, float(inflight)]
-
-
-class PredictorConsumer(PreRequest, ResponseFirstToken, ResponseComplete):
-    """Mixin for the plugins that read a `predicted-latency-producer`: finds it (`predictorName`)
-    and relays the hooks to it (the producer itself is in no profile, so gets no hooks)."""
-
-    predictor: PredictedLatencyProducer
-
-    def find_predictor(self, handle: PluginHandle, name: str) -> None:
-        if not name and PredictedLatencyProducer.type_name in handle.plugin_names():
-            name = PredictedLatencyProducer.type_name
-        if not name:
-            self.predictor = PredictedLatencyProducer()  # a private one (built outside a config)
-        else:
-            self.predictor = handle.plugin_of_type(name, PredictedLatencyProducer, "predictorName")
-
-    @property
-    def clock(self) -> Callable[[], float]:
-        return self.predictor.clock
-
-    @clock.setter
-    def clock(self, clock: Callable[[], float]) -> None:
-        self.predictor.clock = clock
-
-    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
-        self.predictor.learn_decision(request, result)
-
-    def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
-        self.predictor.learn_first_token(request)
-
-    def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
-        self.predictor.learn_complete(request)
-
-
-class PredictorParameters(Parameters):
-    predictor_name: str = Field(default="", alias="predictorName")

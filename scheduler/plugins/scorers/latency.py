@@ -1,5 +1,6 @@
 """`latency-scorer` (llm-d-router's predicted-latency plugins): score endpoints by this request's
-predicted latency (`predicted-latency-producer`).
+predicted latency (the PREDICTED_LATENCY key of the `predicted-latency-producer` that
+`predictorName` names, default that type's name).
 
 * No SLO header: the lowest predicted TTFT scores 1, the highest 0 (min-max), as llm-d picks the
   lowest-latency endpoint when prediction-based scheduling runs without SLOs.
@@ -18,7 +19,7 @@ from pydantic import Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import PluginHandle, Scorer, ScorerCategory
-from scheduler.plugins.producers.predicted_latency import PredictorConsumer, PredictorParameters
+from scheduler.plugins.support.latency_prediction import PredictorParameters, predicted_latency_key
 from scheduler.plugins.support.slo import relative_headroom, slo_targets
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
@@ -29,17 +30,18 @@ class LatencyScorerParameters(PredictorParameters):
 
 
 @register
-class LatencyScorer(PredictorConsumer, Scorer):
+class LatencyScorer(Scorer):
     type_name = "latency-scorer"
     category = ScorerCategory.BALANCE
     Parameters = LatencyScorerParameters
 
     def setup(self, handle: PluginHandle) -> None:
-        self.find_predictor(handle, self.params.predictor_name)
+        self.predicted_key = predicted_latency_key(handle, self.params.predictor_name)
+        self.consumes = (self.predicted_key,)
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
         targets = slo_targets(request)
-        predicted = self.predictor.predictions(cycle_state, request, endpoints) if targets.prediction else None
+        predicted = cycle_state.get(self.predicted_key) if targets.prediction else None
         if predicted is None or not endpoints:
             return dict.fromkeys(endpoints, 1.0)
         if targets.any:

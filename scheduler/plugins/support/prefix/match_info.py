@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scheduler.data_keys import DataKey
+from scheduler.data_keys import DataKey, consumed_key
 from scheduler.interfaces import PluginHandle
 
 PREFIX_MATCH_KEY = "PrefixCacheMatchInfoKey"  # GIE's attribute key
@@ -52,12 +52,4 @@ def prefix_match_key(
 ) -> DataKey[dict[str, PrefixCacheMatchInfo]]:
     """The match-info key a consumer reads: that of the producer `producer_name` names, else llm-d's
     default producer's. A ValueError (a config error) when the name is no prefix producer."""
-    key = PREFIX_MATCH_INFO.of(producer_name)
-    names = handle.plugin_names()
-    if producer_name and names and producer_name not in names:
-        raise ValueError(f"{field} {producer_name!r} names no plugin in 'plugins'")
-    if key.producer in names:
-        plugin = handle.plugin(key.producer)
-        if key not in getattr(plugin, "produces", ()):
-            raise ValueError(f"{field} {key.producer!r} is a {plugin.type_name}, which produces no prefix-cache match")
-    return key
+    return consumed_key(handle, PREFIX_MATCH_INFO, producer_name, field, "prefix-cache match")
