@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MEDIUM_GPU = "GPU"
+MEDIUM_CPU = "CPU"  # vLLM's CPU offloading (the OffloadingConnector) publishes its tier under this
 
 
 @dataclass(slots=True)

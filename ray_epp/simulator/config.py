@@ -32,6 +32,9 @@ class TimingConfig(_Strict):
     lora_load_s: float = Field(0.05, ge=0, description="added to the step that activates a new adapter")
     kv_transfer_latency_s: float = Field(0.002, ge=0, description="fixed P/D KV pull latency")
     kv_transfer_per_token_s: float = Field(2.6e-6, ge=0, description="P/D KV pull cost per token")
+    cpu_load_per_token_s: float = Field(
+        2.6e-6, ge=0, description="loading a CPU-offloaded token's KV back to the GPU (PCIe host to device)"
+    )
 
 
 class FailureConfig(_Strict):
@@ -54,6 +57,9 @@ class PodConfig(_Strict):
     block_size: int = Field(16, ge=1)
     max_model_len: int = Field(8192, ge=2)
     enable_prefix_caching: bool = True
+    cpu_offload_blocks: int = Field(
+        0, ge=0, description="a CPU-offload tier of this many blocks for what the GPU cache evicts (0: none)"
+    )
     max_loras: int = Field(4, ge=0)
     lora_adapters: list[str] = Field(default_factory=list, description="adapters servable at start")
     timing: TimingConfig = Field(default_factory=TimingConfig)

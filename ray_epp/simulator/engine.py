@@ -20,6 +20,10 @@ the cache's changes collect as vLLM's events — `BlockStored` when a full block
 takes with `take_kv_events()` after each `begin_step` / `finish_step`. Off, the keys are Python's
 built-in hash of the prompt's blocks, the cheapest there is.
 
+With a CPU-offload tier (`cfg.cpu_offload_blocks`, ray_epp.simulator.cpu_tier) evicted blocks move
+to host memory; a request whose GPU hit continues there loads them back to the GPU, waiting
+`cpu_load_per_token_s` a token without stalling the batch (as a P/D pull waits).
+
 A request and its states: `engine_request.py`; what a request is made of before it queues (its
 model, prompt, admission errors, block hashes): `engine_intake.py`, a base of `Engine`.
 """
@@ -30,8 +34,9 @@ import random
 from collections import deque
 from typing import Any
 
-from ray_epp.kvevents import BlockHasher, KVEvent
+from ray_epp.kvevents import MEDIUM_CPU, BlockHasher, BlockRemoved, KVEvent
 from ray_epp.simulator.config import PodConfig
+from ray_epp.simulator.cpu_tier import CpuTier
 from ray_epp.simulator.engine_intake import RequestIntake
 from ray_epp.simulator.engine_request import ABORTED, FINISHED, RUNNING, TRANSFERRING, WAITING, EngineRequest
 from ray_epp.simulator.kv_cache import KVCache
@@ -52,6 +57,8 @@ class Engine(RequestIntake):
         self.max_num_seqs = cfg.max_num_seqs
         self.max_batched = cfg.max_num_batched_tokens
         self.kv = KVCache(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching)
+        if cfg.cpu_offload_blocks:
+            self.kv.cpu = CpuTier(cfg.cpu_offload_blocks, cfg.block_size)
         self.hasher: BlockHasher | None = None
         self.tokenizer: PodTokenizer | None = pod_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
         if cfg.kv_events:
@@ -80,6 +87,7 @@ class Engine(RequestIntake):
         self.generation_tokens_total = 0
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self.cpu_loaded_tokens = 0  # prompt tokens loaded from the CPU tier instead of computed
         self.preemptions = 0
         self.steps = 0
         self.busy_time = 0.0
@@ -304,9 +312,11 @@ class Engine(RequestIntake):
             r.prefill_len = r.prompt_tokens + r.num_output
             hits = kv.match_prefix(r.block_hashes, (r.prefill_len - 1) // bs)
             hit_tokens = len(hits) * bs
-            if r.remote_prefill:
+            cpu_stop = (r.prefill_len - 1) // bs  # CPU blocks that continue the GPU hit are loaded
+            loaded = 0 if kv.cpu is None or r.remote_prefill else kv.cpu.match(r.block_hashes, len(hits), cpu_stop)
+            if loaded or r.remote_prefill:
                 n_new = 0
-                target = max(hit_tokens, r.prefill_len - 1)
+                target = hit_tokens + loaded * bs if loaded else max(hit_tokens, r.prefill_len - 1)
             else:
                 n_new = min(r.prefill_len - hit_tokens, budget)
                 target = hit_tokens + n_new
@@ -318,6 +328,8 @@ class Engine(RequestIntake):
                 loads += 1
                 r.lora_loaded = True
             kv.acquire(hits)
+            if loaded:  # off the CPU tier before allocating, so no eviction pushes them out
+                kv.cpu.take(r.block_hashes[len(hits) : len(hits) + loaded])  # type: ignore[union-attr]
             got = kv.allocate(need) if need > 0 else []
             assert got is not None
             r.blocks = hits + got
@@ -327,6 +339,9 @@ class Engine(RequestIntake):
             if r.first_scheduled < 0:
                 r.first_scheduled = now
             admitted += 1
+            if loaded:
+                self._load_from_cpu(r, now, target, loaded)
+                continue
             if r.remote_prefill:
                 if r.num_cached_tokens < 0:
                     r.num_cached_tokens = target
@@ -350,6 +365,18 @@ class Engine(RequestIntake):
         if skipped:
             waiting.extendleft(reversed(skipped))
         return admitted, budget, prefill_tokens, ctx, loads
+
+    def _load_from_cpu(self, r: EngineRequest, now: float, target: int, loaded: int) -> None:
+        """Its CPU blocks are back on the GPU (stored there, then off the CPU): it waits, then prefills."""
+        r.num_cached_tokens = target if r.num_cached_tokens < 0 else r.num_cached_tokens
+        r.num_computed, end = target, target // self.block_size
+        self._register(r, target)
+        if self.kv.events is not None:
+            self.kv.events.append(BlockRemoved(r.block_hashes[end - loaded : end], medium=MEDIUM_CPU))
+        self.cpu_loaded_tokens += loaded * self.block_size
+        r.state = TRANSFERRING
+        r.ready_time = now + self.cost.cpu_load(loaded * self.block_size)
+        self.transferring.append(r)
 
     def _plan_run(self, now: float, max_steps: int, ctx0: int) -> int:
         """How many identical decode steps can run before the batch would change."""

@@ -7,6 +7,10 @@ eviction). Never-used blocks are handed out first, as vLLM's initial free queue 
 
 With `events` set to a list, an eviction appends vLLM's `BlockRemoved` (one event per run of
 evictions) and `clear()` an `AllBlocksCleared`; the engine appends the `BlockStored` events.
+
+With a CPU-offload tier (`cpu`, ray_epp.simulator.cpu_tier) an evicted cached block moves there:
+its CPU `BlockStored` (and the CPU `BlockRemoved` of what that pushes out) precede its GPU
+`BlockRemoved`, so a subscriber never sees a block held nowhere in between.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from ray_epp.kvevents import AllBlocksCleared, BlockRemoved, BlockStored
+from ray_epp.kvevents import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
+from ray_epp.simulator.cpu_tier import CpuTier
 
 
 class KVCache:
@@ -22,6 +27,7 @@ class KVCache:
         "block_hash",
         "block_size",
         "cached",
+        "cpu",
         "enable_prefix_caching",
         "events",
         "evictions",
@@ -44,6 +50,7 @@ class KVCache:
         self.num_used = 0  # blocks with ref > 0
         self.evictions = 0
         self.events: list[Any] | None = None  # KV events for a publisher, when one listens
+        self.cpu: CpuTier | None = None  # where evicted blocks go, when the pod offloads
 
     @property
     def num_free(self) -> int:
@@ -89,15 +96,21 @@ class KVCache:
             out.extend(range(self.next_fresh, self.next_fresh + fresh))
             self.next_fresh += fresh
         ref = self.ref
+        evicted: list[int] = []
         for _ in range(n - fresh):
             b, _unused = self.free_lru.popitem(last=False)
             h = self.block_hash.pop(b, None)
             if h is not None:
                 del self.cached[h]
-                self.evictions += 1
-                if self.events is not None:
-                    self._removed(h)
+                evicted.append(h)
             out.append(b)
+        if evicted:
+            self.evictions += len(evicted)
+            if self.cpu is not None:
+                self.cpu.offload(evicted, self.events)
+            if self.events is not None:
+                for h in evicted:
+                    self._removed(h)
         for b in out:
             ref[b] = 1
         self.num_used += n
@@ -136,7 +149,7 @@ class KVCache:
         events = self.events
         assert events is not None
         last = events[-1] if events else None
-        if isinstance(last, BlockRemoved):
+        if isinstance(last, BlockRemoved) and last.medium == MEDIUM_GPU:
             last.block_hashes.append(h)
         else:
             events.append(BlockRemoved([h]))
@@ -145,6 +158,8 @@ class KVCache:
         """Forget every cached hash (vLLM's prefix-cache reset); blocks in use stay allocated."""
         self.cached.clear()
         self.block_hash.clear()
+        if self.cpu is not None:
+            self.cpu.clear()
         if self.events is not None:
             self.events.append(AllBlocksCleared())
 

@@ -16,7 +16,9 @@ from ray_epp.simulator.config import TimingConfig
 
 
 class StepCost:
-    __slots__ = ("c_decode", "c_kv", "c_prefill", "lora_load", "overhead", "xfer_fixed", "xfer_per_token")
+    __slots__ = (
+        "c_decode", "c_kv", "c_prefill", "cpu_load_per_token", "lora_load", "overhead", "xfer_fixed", "xfer_per_token"
+    )
 
     def __init__(self, t: TimingConfig) -> None:
         self.overhead = t.step_overhead_s
@@ -26,6 +28,7 @@ class StepCost:
         self.lora_load = t.lora_load_s
         self.xfer_fixed = t.kv_transfer_latency_s
         self.xfer_per_token = t.kv_transfer_per_token_s
+        self.cpu_load_per_token = t.cpu_load_per_token_s
 
     def step(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, loads: int) -> float:
         return (
@@ -39,6 +42,10 @@ class StepCost:
     def transfer(self, tokens: int) -> float:
         """Time to pull `tokens` tokens of KV from a prefill pod."""
         return self.xfer_fixed + tokens * self.xfer_per_token
+
+    def cpu_load(self, tokens: int) -> float:
+        """Time to load `tokens` tokens of KV from the pod's CPU-offload tier back to the GPU."""
+        return tokens * self.cpu_load_per_token
 
     def decode_run(self, n_seqs: int, context0: int, k: int) -> float:
         """Total time of k decode-only steps of n_seqs sequences; step i reads context0 + i*n_seqs."""

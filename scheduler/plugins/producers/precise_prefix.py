@@ -38,6 +38,12 @@ from scheduler.plugins.producers.token_producer import TokenProducer
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.plugins.support.prefix.precise_index import LIVE, PreciseIndex
 from scheduler.plugins.support.prefix.speculative_entries import SpeculativeEntries
+from scheduler.plugins.support.prefix.tier_weights import (
+    DEFAULT_BACKEND_WEIGHT,
+    DEFAULT_TIER_WEIGHTS,
+    TierWeights,
+    tier_of,
+)
 from scheduler.plugins.support.tokenized import TokenSource, request_token_run, request_tokens
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
@@ -86,13 +92,42 @@ class KVBlockIndexConfig(Parameters):
         return None
 
 
+class KVCacheBackendConfig(Parameters):
+    """One device tier's weight (llm-d's KVCacheBackendConfig): `name` is the events' medium in
+    lower case ("gpu", "cpu", ...)."""
+
+    name: str = Field(min_length=1)
+    weight: float = Field(ge=0)
+
+
 class IndexerConfig(Parameters):
     """llm-d-kv-cache's kvcache.Config. Its earlier shape (llm-d-kv-cache-manager) carried the
     token processor here (`indexerConfig.tokenProcessorConfig`); such a config still loads, and
-    that block is the token processor's unless the plugin's own `tokenProcessorConfig` is given."""
+    that block is the token processor's unless the plugin's own `tokenProcessorConfig` is given.
+    `kvCacheBackendConfigs` (replacing the defaults when given, as in llm-d) and
+    `kvCacheDefaultBackendWeight` weigh a match by the tier its blocks are in (tier_weights)."""
 
     kv_block_index_config: KVBlockIndexConfig = Field(default_factory=KVBlockIndexConfig, alias="kvBlockIndexConfig")
     token_processor_config: TokenProcessorConfig | None = Field(default=None, alias="tokenProcessorConfig")
+    kv_cache_backend_configs: list[KVCacheBackendConfig] = Field(
+        default_factory=lambda: [KVCacheBackendConfig(name=n, weight=w) for n, w in DEFAULT_TIER_WEIGHTS.items()],
+        alias="kvCacheBackendConfigs",
+    )
+    kv_cache_default_backend_weight: float = Field(
+        default=DEFAULT_BACKEND_WEIGHT, alias="kvCacheDefaultBackendWeight", ge=0
+    )
+
+    @field_validator("kv_cache_backend_configs")
+    @classmethod
+    def _one_weight_per_tier(cls, value: list[KVCacheBackendConfig]) -> list[KVCacheBackendConfig]:
+        names = [tier_of(c.name) for c in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"kvCacheBackendConfigs names a tier twice (names are read in lower case): {names}")
+        return value
+
+    def tier_weights(self) -> TierWeights:
+        weights = {c.name: c.weight for c in self.kv_cache_backend_configs}
+        return TierWeights(weights, self.kv_cache_default_backend_weight)
 
 
 class PodDiscoveryConfig(Parameters):
@@ -189,7 +224,7 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
             min_block_size_tokens=MIN_BLOCK_SIZE_TOKENS,
             clock=handle.clock,
         )
-        self.precise = PreciseIndex(p.token_processor.tokens_per_block)
+        self.precise = PreciseIndex(p.token_processor.tokens_per_block, weights=p.indexer_config.tier_weights())
         self.max_precise_blocks = fallback.max_prefix_tokens_to_match // self.precise.block_size
         self.port = p.kv_events_config.port
         # Per endpoint scored: by the precise index, or by the approximate one (the fallback rule).
@@ -287,6 +322,9 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         how many endpoint scorings used the precise index or fell back to the approximate one."""
         index = self.precise
         pods = {pod: {"status": st, "blocks": index.pod_blocks(pod)} for pod, st in index.statuses().items()}
+        for pod, entry in pods.items():
+            if offloaded := index.offloaded_blocks(pod):  # blocks in other tiers (a CPU offload), when any
+                entry["offloaded"] = offloaded
         counts = index.counts
         out: dict[str, Any] = {
             "pods": pods,

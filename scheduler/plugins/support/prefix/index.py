@@ -91,6 +91,10 @@ class PrefixIndex:
         """The servers holding a block (a new set)."""
         return set(self._names_of(self._masks.get(block_hash, 0)))
 
+    def holds(self, block_hash: int, server: str) -> bool:
+        entry = self._servers.get(server)
+        return entry is not None and block_hash in entry.lru
+
     def match(self, hashes: Iterable[int]) -> dict[str, int]:
         """Longest-prefix match (GIE's matchLongestPrefix): walk the hashes in order and stop at the
         first one no server holds; a server's count is how many of the walked blocks it holds.

@@ -12,8 +12,16 @@ pod to their keys, so a `BlockRemoved` (which carries only engine hashes) can fi
 Bounded in memory: each pod's keys sit in an LRU of `capacity` blocks (its KV cache size in blocks
 when the engine reports it, else `default_capacity`); the engine-hash map of a pod is bounded the
 same way. A pod whose removals were lost (a gap) can therefore never grow without end; its oldest
-blocks fall out first, as they would on the engine. Blocks in a medium other than the GPU (a CPU
-offload tier) are not indexed: a prefix is worth routing to when it is in GPU memory.
+blocks fall out first, as they would on the engine.
+
+Device tiers (llm-d's): a block is indexed per (pod, tier), the tier being the event's `medium`
+(`tier_weights.tier_of`: none is the GPU). GPU blocks sit in `blocks`, each other tier in an index of
+its own (`offloaded`, bounded per pod by the larger of the pod's capacity and `default_capacity`). A
+`BlockRemoved` drops the block from its own tier only. vLLM's CPU offloading names the blocks it
+stored by their engine hashes without token ids (the GPU store carried them): such a store is
+indexed by the keys those names already have. A match weighs each pod's run by the tiers its blocks
+are in (`tier_weights`, llm-d's rule); while no pod has a block off the GPU and the weights are
+plain, it is the block count, computed as before.
 
 With speculative indexing on (`speculative`, scheduler.plugins.support.prefix.speculative_entries)
 a pod also counts as holding the blocks of prompts just routed to it, until their TTL: the events
@@ -35,10 +43,16 @@ import xxhash
 
 from scheduler.plugins.support.prefix.index import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
 from scheduler.plugins.support.prefix.speculative_entries import SpeculativeEntries
+from scheduler.plugins.support.prefix.tier_weights import (
+    GPU_TIER,
+    Holders,
+    TierWeights,
+    tier_of,
+    weighted_longest_prefix,
+)
 from scheduler.plugins.support.token_cache import TokenRun
 
 ROOT_KEY = xxhash.xxh64_intdigest(b"ray-epp/precise-prefix")  # the chain's start for a block without a parent
-GPU_MEDIA = frozenset({None, "", "GPU", "gpu"})
 _KEYS_TAG = "precise-block-keys"  # where a TokenRun keeps its keys (with the block size)
 
 LIVE, GAPPED, SILENT, UNKNOWN = "live", "gapped", "silent", "unknown"
@@ -83,7 +97,7 @@ class EventCounts:
     stored: int = 0
     removed: int = 0
     cleared: int = 0
-    skipped: int = 0  # another block size, another medium, a parent never seen, a malformed event
+    skipped: int = 0  # another block size, a parent never seen, unknown names of a tier's store, malformed
     unknown_removed: int = 0  # a removed engine hash this index never saw stored
 
 
@@ -99,15 +113,24 @@ class PreciseIndex:
         "blocks",
         "counts",
         "default_capacity",
+        "offloaded",
         "speculative",
+        "weights",
     )
 
-    def __init__(self, block_size: int, default_capacity: int = DEFAULT_LRU_CAPACITY_PER_SERVER) -> None:
+    def __init__(
+        self,
+        block_size: int,
+        default_capacity: int = DEFAULT_LRU_CAPACITY_PER_SERVER,
+        weights: TierWeights | None = None,
+    ) -> None:
         if block_size <= 0:
             raise ValueError(f"a block size must be > 0, got {block_size}")
         self.block_size = block_size
         self.default_capacity = default_capacity
-        self.blocks = PrefixIndex(default_capacity)  # key → pods, an LRU of keys per pod
+        self.blocks = PrefixIndex(default_capacity)  # key → pods holding it on the GPU, an LRU of keys per pod
+        self.offloaded: dict[str, PrefixIndex] = {}  # another tier → its key → pods
+        self.weights = weights if weights is not None else TierWeights()
         self._engine: dict[str, OrderedDict[object, int]] = {}  # pod → engine hash → key
         self._capacity: dict[str, int] = {}
         self._status: dict[str, str] = {}
@@ -160,22 +183,36 @@ class PreciseIndex:
         if run is None or run.ids is not tokens:
             bs = self.block_size
             first = _xxh64(token_bytes(list(tokens[:bs])), ROOT_KEY)
-            if not self.blocks.get(first) and (self.speculative is None or not self.speculative.match((first,))):
+            held = self.blocks.get(first) or any(tier.get(first) for tier in self.offloaded.values())
+            if not held and (self.speculative is None or not self.speculative.match((first,))):
                 return {}, full
         return self.match(self.keys(tokens, max_blocks, run)), full
 
     def match(self, keys: Sequence[int]) -> dict[str, int]:
-        """Per pod, how many leading blocks of the prompt it holds without a gap (pods with none
-        are absent); with speculative entries, the longer of the confirmed run and the predicted
-        one (a prediction is a whole routed prompt from its first block, so the union of the two
-        runs is the longer one, but for a confirmed run that resumes after a gap the prediction
-        fills: not counted)."""
+        """Per pod, how many leading blocks of the prompt it holds without a gap, weighed by tier
+        (pods with none are absent); with speculative entries, the longer of the confirmed run and
+        the predicted one (a prediction is a whole routed prompt from its first block, so the union
+        of the two runs is the longer one, but for a confirmed run that resumes after a gap the
+        prediction fills: not counted). Weighed, the predictions are one more tier at the default
+        weight (llm-d's speculative entries carry no tier) and the run is over their union."""
+        if not self.weights.plain or any(len(tier) for tier in self.offloaded.values()):
+            scores, _ = self.weighted(keys)
+            return {pod: int(score) for pod, score in scores.items() if int(score) > 0}
         counts = self.blocks.match_contiguous(keys)
         if self.speculative is not None and len(self.speculative):
             for pod, blocks in self.speculative.match(keys).items():
                 if blocks > counts.get(pod, 0):
                     counts[pod] = blocks
         return counts
+
+    def weighted(self, keys: Sequence[int]) -> tuple[dict[str, float], dict[str, int]]:
+        """Per pod, its run's weighted score and its length in blocks, over every tier."""
+        weights = self.weights
+        tiers: list[tuple[Holders, float]] = [(self.blocks, weights.of(GPU_TIER))]
+        tiers += [(tier, weights.of(name)) for name, tier in self.offloaded.items() if len(tier)]
+        if self.speculative is not None and len(self.speculative):
+            tiers.append((self.speculative, weights.default))
+        return weighted_longest_prefix(keys, tiers)
 
     # -- pod status ----------------------------------------------------------------------------
 
@@ -196,6 +233,8 @@ class PreciseIndex:
     def remove_pod(self, pod: str) -> None:
         """Forget a pod that left the pool: its blocks, names and status."""
         self.blocks.remove_server(pod)
+        for tier in self.offloaded.values():
+            tier.remove_server(pod)
         if self.speculative is not None:
             self.speculative.remove_pod(pod)
         self._engine.pop(pod, None)
@@ -203,7 +242,12 @@ class PreciseIndex:
         self._status.pop(pod, None)
 
     def pod_blocks(self, pod: str) -> int:
+        """Blocks the pod holds on the GPU."""
         return self.blocks.server_size(pod)
+
+    def offloaded_blocks(self, pod: str) -> dict[str, int]:
+        """Blocks the pod holds in each other tier (tiers it holds none in are absent)."""
+        return {name: n for name, tier in self.offloaded.items() if (n := tier.server_size(pod))}
 
     # -- the event side ------------------------------------------------------------------------
 
@@ -236,14 +280,14 @@ class PreciseIndex:
 
     def _stored(self, pod: str, event: object) -> None:
         hashes = list(event.block_hashes)  # type: ignore[attr-defined]
-        if (
-            getattr(event, "medium", None) not in GPU_MEDIA
-            or event.block_size != self.block_size  # type: ignore[attr-defined]
-            or not hashes
-        ):
+        tier = tier_of(getattr(event, "medium", None))
+        tokens = event.token_ids  # type: ignore[attr-defined]
+        if tier != GPU_TIER and hashes and not tokens:  # blocks named only (vLLM's CPU offloading)
+            self._located(pod, hashes, tier)
+            return
+        if event.block_size != self.block_size or not hashes:  # type: ignore[attr-defined]
             self.counts.skipped += 1
             return
-        tokens = event.token_ids  # type: ignore[attr-defined]
         if len(tokens) < len(hashes) * self.block_size:
             self.counts.skipped += 1
             return
@@ -258,31 +302,66 @@ class PreciseIndex:
                 return
         data = token_bytes(tokens[: len(hashes) * self.block_size])
         keys = chain_keys(data, prev, self.block_size * TOKEN_BYTES)
-        capacity = self._capacity.get(pod, self.default_capacity)
         for engine_hash, key in zip(hashes, keys, strict=True):
             names[engine_hash] = key
             names.move_to_end(engine_hash)
-        while len(names) > capacity:
+        self._index_keys(pod, keys, tier)
+
+    def _located(self, pod: str, hashes: list[object], tier: str) -> None:
+        """A store in another tier that names its blocks only: indexed by the keys of those names."""
+        names = self._engine.get(pod)
+        keys: list[int] = []
+        for engine_hash in hashes:
+            key = names.get(engine_hash) if names is not None else None
+            if key is not None:
+                keys.append(key)
+                names.move_to_end(engine_hash)  # type: ignore[union-attr]
+        if len(keys) < len(hashes):
+            self.counts.skipped += 1  # names never stored here (or forgotten): those blocks are not indexed
+        if keys:
+            self._index_keys(pod, keys, tier)
+
+    def _index_keys(self, pod: str, keys: list[int], tier: str) -> None:
+        capacity = self._capacity.get(pod, self.default_capacity)
+        if tier == GPU_TIER:
+            self.blocks.add(keys, pod, capacity)
+        else:
+            index = self.offloaded.get(tier)
+            if index is None:
+                index = self.offloaded[tier] = PrefixIndex(self.default_capacity)
+            index.add(keys, pod, max(capacity, self.default_capacity))
+        names = self._engine[pod]
+        bound = capacity + sum(t.server_capacity(pod) for t in self.offloaded.values())
+        while len(names) > bound:
             names.popitem(last=False)
-        self.blocks.add(keys, pod, capacity)
         self.counts.stored += len(keys)
 
     def _removed(self, pod: str, event: object) -> None:
-        if getattr(event, "medium", None) not in GPU_MEDIA:
-            self.counts.skipped += 1
-            return
+        tier = tier_of(getattr(event, "medium", None))
+        index = self.blocks if tier == GPU_TIER else self.offloaded.get(tier)
         names = self._engine.get(pod)
+        tiered = bool(self.offloaded)  # a name lives while any tier of its pod holds its block
         keys: list[int] = []
         for engine_hash in event.block_hashes:  # type: ignore[attr-defined]
-            key = names.pop(engine_hash, None) if names is not None else None
+            key = (names.get(engine_hash) if tiered else names.pop(engine_hash, None)) if names is not None else None
             if key is None:
                 self.counts.unknown_removed += 1
             else:
                 keys.append(key)
-        self.counts.removed += self.blocks.discard(keys, pod)
+        self.counts.removed += index.discard(keys, pod) if index is not None else 0
+        if tiered and names is not None:
+            for engine_hash in event.block_hashes:  # type: ignore[attr-defined]
+                key = names.get(engine_hash)
+                if key is not None and not self._held(pod, key):
+                    del names[engine_hash]
+
+    def _held(self, pod: str, key: int) -> bool:
+        return self.blocks.holds(key, pod) or any(tier.holds(key, pod) for tier in self.offloaded.values())
 
     def _cleared(self, pod: str) -> None:
         self.blocks.remove_server(pod)
+        for tier in self.offloaded.values():
+            tier.remove_server(pod)
         names = self._engine.get(pod)
         if names is not None:
             names.clear()

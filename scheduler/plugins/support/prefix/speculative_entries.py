@@ -77,6 +77,10 @@ class SpeculativeEntries:
         absent)."""
         return self._index.match_contiguous(keys)
 
+    def get(self, key: int) -> set[str]:
+        """The pods predicted to hold a block."""
+        return self._index.get(key)
+
     def remove_pod(self, pod: str) -> None:
         """The pod left the pool: its predictions go with it."""
         self._index.remove_server(pod)

@@ -102,7 +102,7 @@ def test_what_can_not_be_indexed_is_counted_and_skipped():
         "a",
         [
             BlockStored([1], None, PROMPT[:8], 8),  # another block size
-            stored([2], None, PROMPT[:4], medium="CPU"),  # another medium
+            stored([2], None, [], medium="CPU"),  # another tier's store of names never stored here
             stored([3], 999, PROMPT[:4]),  # a parent never seen
             stored([4, 5], None, PROMPT[:4]),  # too few tokens
             BlockStored(None, None, PROMPT[:4], BS),  # malformed
