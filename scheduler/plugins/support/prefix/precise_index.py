@@ -49,6 +49,7 @@ from scheduler.plugins.support.prefix.tier_weights import (
     TierWeights,
     tier_of,
     weighted_longest_prefix,
+    whole_blocks,
 )
 from scheduler.plugins.support.token_cache import TokenRun
 
@@ -197,7 +198,7 @@ class PreciseIndex:
         weight (llm-d's speculative entries carry no tier) and the run is over their union."""
         if not self.weights.plain or any(len(tier) for tier in self.offloaded.values()):
             scores, _ = self.weighted(keys)
-            return {pod: int(score) for pod, score in scores.items() if int(score) > 0}
+            return {pod: n for pod, score in scores.items() if (n := whole_blocks(score)) > 0}
         counts = self.blocks.match_contiguous(keys)
         if self.speculative is not None and len(self.speculative):
             for pod, blocks in self.speculative.match(keys).items():

@@ -13,7 +13,9 @@ The rule is llm-d's (llm-d-kv-cache `kvcache.LongestPrefixScorer`, llm-d-router
   `normalizeEventDeviceTier`); a tier no backend config names weighs the default weight (1.0
   unless configured, so an unknown medium counts as fully as the GPU);
 * the pod's figure is the weighted sum truncated to whole blocks (llm-d's `int(score)`), the
-  `match_blocks` a `PrefixCacheMatchInfo` carries.
+  `match_blocks` a `PrefixCacheMatchInfo` carries (`whole_blocks`). One difference: the sum is
+  truncated after a nudge of 1e-9, so floating-point error does not cost a block (llm-d's Go sums
+  ten CPU blocks at 0.8 to 7.999999999999999 and scores 7; here 8).
 
 With llm-d's defaults (gpu 1.0, cpu 0.8, lmcache-l1 0.8, default 1.0) a pod holding a 10-block
 prefix on the GPU scores 10 and one holding it on the CPU 8.
@@ -52,6 +54,11 @@ class TierWeights:
 
     def of(self, tier: str) -> float:
         return self.weights.get(tier, self.default)
+
+
+def whole_blocks(score: float) -> int:
+    """A weighted score in whole blocks (see the module docstring)."""
+    return int(score + 1e-9)
 
 
 def weighted_longest_prefix(

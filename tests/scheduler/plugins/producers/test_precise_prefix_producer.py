@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_epp.kvevents import AllBlocksCleared, BlockHasher, BlockStored, KVEventBatch
+from ray_epp.kvevents import AllBlocksCleared, BlockHasher, BlockRemoved, BlockStored, KVEventBatch
 from scheduler import Scheduler
 from scheduler.config import load_config, load_config_file
 from scheduler.cycle_state import CycleState
@@ -138,6 +138,9 @@ plugins:
         ("{speculativeTTL: soon}", "speculativeTTL"),
         ("{tokenProcessorConfig: {hashAlgo: md5}}", "hashAlgo"),
         ("{tokenProcessorConfig: {blockSize: 16}, indexerConfig: {tokenProcessorConfig: {blockSize: 64}}}", "disagree"),
+        ("{indexerConfig: {kvCacheBackendConfigs: [{name: gpu, weight: 1}, {name: GPU, weight: 2}]}}", "twice"),
+        ("{indexerConfig: {kvCacheBackendConfigs: [{name: cpu, weight: -1}]}}", "weight"),
+        ("{indexerConfig: {kvCacheDefaultBackendWeight: -0.5}}", "kvCacheDefaultBackendWeight"),
     ],
 )
 def test_what_can_not_run_is_a_load_time_error(params, expect):
@@ -257,3 +260,43 @@ def test_the_engines_hash_seed_does_not_matter(sched, algo, engine_seed):
     hashes = BlockHasher(BS, algo, engine_seed).hashes(TOKENS)
     producer.apply_kv_events("decode-b", [KVEventBatch(0.0, [BlockStored(hashes, None, TOKENS, BS)])])
     assert target(sched, tokenized("r1"), eps) == "decode-b"
+
+
+def offloads(producer, pod, tokens, blocks):
+    """`pod` stored the prompt's first blocks, then moved them to its CPU tier (vLLM's events)."""
+    holds(producer, pod, tokens, blocks)
+    names = [f"{pod}-{i}" for i in range(blocks)]
+    producer.apply_kv_events(
+        pod, [KVEventBatch(1.0, [BlockStored(names, None, [], BS, medium="CPU"), BlockRemoved(names)])]
+    )
+
+
+@pytest.mark.parametrize(
+    ("gpu_blocks", "weights", "expect"),
+    [
+        (8, "", "decode-a"),  # the same prefix on the GPU beats it on the CPU (8 against 6.4)
+        (5, "", "decode-b"),  # 8 blocks on the CPU (6.4: 6 whole blocks) beat 5 on the GPU
+        (7, "", "decode-a"),  # 7 on the GPU beat them
+        (7, ", indexerConfig: {kvCacheBackendConfigs: [{name: gpu, weight: 1}, {name: cpu, weight: 1}]}", "decode-b"),
+    ],
+    ids=["gpu-over-cpu", "longer-cpu", "shorter-gpu", "cpu-weighed-as-gpu"],
+)
+def test_a_prefix_on_the_cpu_weighs_its_tier(gpu_blocks, weights, expect):
+    params = f"{{tokenProcessorConfig: {{blockSize: {BS}}}{weights}}}"
+    sched = Scheduler.from_config(load_config(BASE.format(params=params)))
+    producer = producer_of(sched)
+    eps = pods()
+    for ep in eps:
+        producer.set_kv_event_status(ep.name, LIVE)
+    holds(producer, "decode-a", TOKENS, gpu_blocks)
+    offloads(producer, "decode-b", TOKENS, 8)
+    assert target(sched, tokenized("r1"), eps) == expect
+    assert producer.info()["pods"]["decode-b"] == {"status": LIVE, "blocks": 0, "offloaded": {"cpu": 8}}
+
+
+def test_the_tier_weights_load_by_llm_ds_names_and_default_as_llm_d():
+    default = producer_of(Scheduler.from_config(load_config(BASE.format(params="{}")))).precise.weights
+    assert default.weights == {"gpu": 1.0, "cpu": 0.8, "lmcache-l1": 0.8} and default.default == 1.0
+    params = "{indexerConfig: {kvCacheBackendConfigs: [{name: CPU, weight: 0.5}], kvCacheDefaultBackendWeight: 0.25}}"
+    weights = producer_of(Scheduler.from_config(load_config(BASE.format(params=params)))).precise.weights
+    assert weights.weights == {"cpu": 0.5} and weights.of("gpu") == 0.25  # the list replaces the defaults
