@@ -12,7 +12,10 @@ configured with the model's tokenizer does); without a tokenizer it takes the id
 `/tokenize` would answer. And `cache-pressure-shared` (bench/workloads/shared_pool.py): the drift
 workload with a third of the requests sent to the pods' Service directly, bypassing the router
 (bench/policies/service_bypass.py); its rows are the gateway's requests, and a second table gives
-the direct clients' TTFT.
+the direct clients' TTFT. And `cache-pressure-offload`: cache-pressure-shared on pods that also
+have a CPU-offload tier of twice their GPU cache (`cpu_offload_blocks`), where the precise index
+sees which tier each block is in; compare `epp-precise` (llm-d's weights, cpu 0.8) with
+`epp-precise-cpu-as-gpu` and `epp-precise-gpu-only` (cpu 1 and 0).
 
 `--rate` is a fraction of the scenario's capacity (round-robin's, from `--capacity` or the last
 `epp bench` result in bench/results, else calibrated). Prints TTFT p50/p90/p99, throughput, prefix
@@ -51,13 +54,22 @@ PRECISE = "epp-precise"  # and every policy named epp-precise-...: gets the pods
 RESULTS = Path(__file__).parent / "results"
 
 
-def _on_drift_pods(name: str, title: str, source: str, workload) -> Scenario:
-    """A scenario on 8 cache-pressure pods that tokenize with the bench's real tokenizer."""
+OFFLOAD_TIER_BLOCKS = 2 * CACHE_PRESSURE_POD_BLOCKS  # each pod's CPU tier in cache-pressure-offload
+
+
+def _on_drift_pods(name: str, title: str, source: str, workload, cpu_blocks: int = 0) -> Scenario:
+    """A scenario on 8 cache-pressure pods that tokenize with the bench's real tokenizer (and
+    offload to a CPU tier of `cpu_blocks` each)."""
     return Scenario(
         name=name,
         title=title,
         description=source,
-        pods=lambda: make_pod_configs(8, num_gpu_blocks=CACHE_PRESSURE_POD_BLOCKS, tokenizer=str(fixture_tokenizer())),
+        pods=lambda: make_pod_configs(
+            8,
+            num_gpu_blocks=CACHE_PRESSURE_POD_BLOCKS,
+            tokenizer=str(fixture_tokenizer()),
+            cpu_offload_blocks=cpu_blocks,
+        ),
         workload=lambda rate, seed, n: workload(rate, seed, n, CACHE_PRESSURE),
         fractions=(NEAR_SATURATION,),
         policies=POLICIES,
@@ -75,8 +87,20 @@ def shared_scenario() -> Scenario:
     return _on_drift_pods("cache-pressure-shared", title, "bench/workloads/shared_pool.py", shared_pool_workload)
 
 
+def offload_scenario() -> Scenario:
+    title = "cache-pressure-shared on pods with a CPU-offload tier (2x their GPU cache)"
+    return _on_drift_pods(
+        "cache-pressure-offload", title, "bench/workloads/shared_pool.py", shared_pool_workload, OFFLOAD_TIER_BLOCKS
+    )
+
+
 def scenarios() -> dict[str, Scenario]:
-    return {**build_scenarios(), "cache-pressure-drift": drift_scenario(), "cache-pressure-shared": shared_scenario()}
+    return {
+        **build_scenarios(),
+        "cache-pressure-drift": drift_scenario(),
+        "cache-pressure-shared": shared_scenario(),
+        "cache-pressure-offload": offload_scenario(),
+    }
 
 
 def precise_config(tokenizer: str, policy: str = PRECISE) -> dict:
