@@ -17,8 +17,10 @@ The rule is llm-d's (llm-d-kv-cache `kvcache.LongestPrefixScorer`, llm-d-router
   truncated after a nudge of 1e-9, so floating-point error does not cost a block (llm-d's Go sums
   ten CPU blocks at 0.8 to 7.999999999999999 and scores 7; here 8).
 
-With llm-d's defaults (gpu 1.0, cpu 0.8, lmcache-l1 0.8, default 1.0) a pod holding a 10-block
-prefix on the GPU scores 10 and one holding it on the CPU 8.
+With llm-d's defaults (gpu 1.0, cpu 0.8, any other tier 1.0) a pod holding a 10-block prefix on the
+GPU scores 10 and one holding it on the CPU 8. (The defaults are llm-d-router's and
+llm-d-kv-cache's `DefaultKVCacheBackendConfig`; some llm-d-router versions add lmcache-l1 0.8 or
+storage tiers at 0.2-0.4, which here weigh the default unless configured.)
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Protocol
 
 GPU_TIER = "gpu"
 DEFAULT_BACKEND_WEIGHT = 1.0  # llm-d's DefaultBackendWeight: a tier no config names
-DEFAULT_TIER_WEIGHTS: Mapping[str, float] = {"gpu": 1.0, "cpu": 0.8, "lmcache-l1": 0.8}  # llm-d's defaults
+DEFAULT_TIER_WEIGHTS: Mapping[str, float] = {"gpu": 1.0, "cpu": 0.8}  # llm-d's defaults
 
 
 def tier_of(medium: object) -> str:

@@ -296,7 +296,7 @@ def test_a_prefix_on_the_cpu_weighs_its_tier(gpu_blocks, weights, expect):
 
 def test_the_tier_weights_load_by_llm_ds_names_and_default_as_llm_d():
     default = producer_of(Scheduler.from_config(load_config(BASE.format(params="{}")))).precise.weights
-    assert default.weights == {"gpu": 1.0, "cpu": 0.8, "lmcache-l1": 0.8} and default.default == 1.0
+    assert default.weights == {"gpu": 1.0, "cpu": 0.8} and default.default == 1.0
     params = "{indexerConfig: {kvCacheBackendConfigs: [{name: CPU, weight: 0.5}], kvCacheDefaultBackendWeight: 0.25}}"
     weights = producer_of(Scheduler.from_config(load_config(BASE.format(params=params)))).precise.weights
     assert weights.weights == {"cpu": 0.5} and weights.of("gpu") == 0.25  # the list replaces the defaults
