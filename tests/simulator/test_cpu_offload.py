@@ -94,8 +94,13 @@ def _evict_then_repeat(cfg: PodConfig) -> dict:
 def test_a_cpu_hit_is_loaded_cheaper_than_recomputing():
     with_cpu = _evict_then_repeat(offload_pod())
     without = _evict_then_repeat(offload_pod(cpu_blocks=0))
-    gpu_only = run_one_pod(offload_pod(), [sim_request("first", 0.0, text_tokens(160, "s") + text_tokens(8, "a")),
-                                           sim_request("again", 3.0, text_tokens(160, "s") + text_tokens(8, "b"))])
+    gpu_only = run_one_pod(
+        offload_pod(),
+        [
+            sim_request("first", 0.0, text_tokens(160, "s") + text_tokens(8, "a")),
+            sim_request("again", 3.0, text_tokens(160, "s") + text_tokens(8, "b")),
+        ],
+    )
     assert without["again"].cached_tokens == 0 and with_cpu["again"].cached_tokens == 160
     assert gpu_only["again"].cached_tokens == 160
     # loading 160 tokens (0.4 ms) beats computing them (4.8 ms), and a GPU hit beats both
