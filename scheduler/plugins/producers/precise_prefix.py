@@ -97,7 +97,7 @@ class KVCacheBackendConfig(Parameters):
     lower case ("gpu", "cpu", ...)."""
 
     name: str = Field(min_length=1)
-    weight: float = Field(ge=0)
+    weight: float = Field(ge=0, allow_inf_nan=False)
 
 
 class IndexerConfig(Parameters):
@@ -114,7 +114,7 @@ class IndexerConfig(Parameters):
         alias="kvCacheBackendConfigs",
     )
     kv_cache_default_backend_weight: float = Field(
-        default=DEFAULT_BACKEND_WEIGHT, alias="kvCacheDefaultBackendWeight", ge=0
+        default=DEFAULT_BACKEND_WEIGHT, alias="kvCacheDefaultBackendWeight", ge=0, allow_inf_nan=False
     )
 
     @field_validator("kv_cache_backend_configs")

@@ -59,8 +59,8 @@ class TierWeights:
 
 
 def whole_blocks(score: float) -> int:
-    """A weighted score in whole blocks (see the module docstring)."""
-    return int(score + 1e-9)
+    """A weighted score in whole blocks (see the module docstring); huge weights saturate."""
+    return int(min(score + 1e-9, 2.0**62))
 
 
 def weighted_longest_prefix(

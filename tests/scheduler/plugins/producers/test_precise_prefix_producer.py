@@ -141,6 +141,9 @@ plugins:
         ("{indexerConfig: {kvCacheBackendConfigs: [{name: gpu, weight: 1}, {name: GPU, weight: 2}]}}", "twice"),
         ("{indexerConfig: {kvCacheBackendConfigs: [{name: cpu, weight: -1}]}}", "weight"),
         ("{indexerConfig: {kvCacheDefaultBackendWeight: -0.5}}", "kvCacheDefaultBackendWeight"),
+        ("{indexerConfig: {kvCacheDefaultBackendWeight: .inf}}", "kvCacheDefaultBackendWeight"),
+        ("{indexerConfig: {kvCacheBackendConfigs: [{name: cpu, weight: .nan}]}}", "weight"),
+        ("{indexerConfig: {kvCacheBackendConfigs: [{name: '', weight: 1}]}}", "name"),
     ],
 )
 def test_what_can_not_run_is_a_load_time_error(params, expect):

@@ -101,6 +101,10 @@ def test_weights_are_configured_by_tier_name_in_lower_case():
     assert index.match(index.keys(PROMPT)) == {"a": 7}  # 4 * 0.25 + 6
 
 
+def test_whole_blocks_absorbs_float_error_and_saturates():
+    assert [whole_blocks(x) for x in (0.0, 0.999, 7.999999999999999, 2.4, 1e300 * 10)] == [0, 0, 8, 2, 2**62]
+
+
 def test_speculative_entries_weigh_the_default_weight_over_the_union_of_runs():
     index = index_with(("a", gpu("a", 10) + moved("a", range(10))))
     index.speculative = SpeculativeEntries(2.0)
