@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
+from pydantic import ValidationError
 
 from ray_epp.kvevents import (
     AllBlocksCleared,
@@ -50,9 +51,12 @@ def offload_pod(cpu_blocks: int = 200, **kw) -> PodConfig:
     return PodConfig(name="p", num_gpu_blocks=80, block_size=16, hash_seed="0", cpu_offload_blocks=cpu_blocks, **kw)
 
 
-def test_the_tier_is_off_by_default():
+def test_the_tier_is_off_by_default_and_sized_by_a_count():
     assert PodConfig().cpu_offload_blocks == 0
     assert Engine(PodConfig()).kv.cpu is None
+    for bad in ({"cpu_offload_blocks": -1}, {"timing": {"cpu_load_per_token_s": -1e-6}}):
+        with pytest.raises(ValidationError, match="greater than or equal"):
+            PodConfig.model_validate(bad)
 
 
 def test_evicted_blocks_move_to_the_cpu_and_come_back_on_a_hit():
