@@ -89,7 +89,7 @@ class CycleState:
     def write(self, key: str, value: Any) -> None:
         self._data[key] = value
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str | DataKey[Any]) -> None:
         self._data.pop(key, None)
 
     def __contains__(self, key: str | DataKey[Any]) -> bool:

@@ -1,12 +1,16 @@
 """A scheduling profile: producers, filters in order, weighted scorers, one picker (GIE's
 SchedulerProfile). The producers (in the order the config build resolved from their keys) write
-the data the filters and scorers read, once per run, before the filters.
+the data the filters and scorers read, once per run, before the filters; one that raises is logged
+(the first failure with its traceback, then one line per PRODUCER_LOG_EVERY) and skipped: its keys
+are absent for that request and its consumers read "no data", as llm-d's Director logs a failed
+producer and goes on.
 The config's screeners (llm-d's request-control Screeners, outside any profile) narrow the pool
 before each profile's filters: every profile sees the same screened pool, as in llm-d, where the
 director screens once before scheduling."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -17,6 +21,9 @@ from scheduler.trace import ProfileTrace
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, ScoredEndpoint
 
 NO_ENDPOINTS = "no endpoints available for the given request"
+PRODUCER_LOG_EVERY = 100  # a producer that keeps failing logs its 1st failure, then every 100th
+
+log = logging.getLogger("ray_epp.scheduler.profile")
 
 
 @dataclass(slots=True)
@@ -33,6 +40,7 @@ class SchedulerProfile:
     picker: Picker | None = None
     screeners: list[Screener] = field(default_factory=list)
     producers: list[Producer] = field(default_factory=list)
+    producer_failures: dict[str, int] = field(default_factory=dict)  # producer name -> runs that raised
 
     def plugins(self) -> list:
         """Every plugin instance of the profile, in order, without repeats."""
@@ -63,7 +71,12 @@ class SchedulerProfile:
             cycle_state.put(RUNNING_PROFILE, self.name)
         for producer in self.producers:
             start = time.perf_counter()
-            producer.produce(cycle_state, request, endpoints)
+            try:
+                producer.produce(cycle_state, request, endpoints)
+            except Exception as err:  # a producer's failure costs its data, not the request
+                for key in producer.produces:  # what it wrote before it raised is not its data either
+                    cycle_state.delete(key)
+                self._producer_failed(producer, request, err)
             if timer is not None:
                 timer("Producer", producer, time.perf_counter() - start)
         candidates = self._filter(request, cycle_state, endpoints, trace, timer)
@@ -88,6 +101,15 @@ class SchedulerProfile:
             trace.totals = {ep.name: round(score, 6) for ep, score in totals.items()}
             trace.picked = [ep.name for ep in result.target_endpoints]
         return result
+
+    def _producer_failed(self, producer: Producer, request: LLMRequest, err: Exception) -> None:
+        failures = self.producer_failures[producer.name] = self.producer_failures.get(producer.name, 0) + 1
+        if failures % PRODUCER_LOG_EVERY == 1:
+            log.warning(
+                "producer %r failed on request %s (%d failures in profile %r), scheduled without its data: %s: %s",
+                producer.name, request.request_id, failures, self.name, type(err).__name__, err,
+                exc_info=failures == 1,
+            )  # fmt: skip
 
     def _filter(self, request, cycle_state, endpoints, trace, timer) -> list[Endpoint]:
         remaining = endpoints

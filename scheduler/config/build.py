@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from scheduler.body_fields import check_body_reads, checking_body_reads, readable_body_fields
-from scheduler.config.data_flow import profile_producers
+from scheduler.config.data_flow import made_producer_class, made_producers, profile_producers
 from scheduler.config.models import EndpointPickerConfig
 from scheduler.config.placement import Placement, placement
 from scheduler.errors import ConfigError
@@ -98,15 +98,14 @@ def build_plugins(
         if name in built:
             return built[name]
         spec = specs.get(name)
-        if spec is None:
+        cls = plugin_class(spec.type) if spec is not None else made_producer_class(name)
+        if cls is None:  # a declared type is checked by load_config: this is an undeclared name
             raise KeyError(f"no plugin named {name!r} in 'plugins'")
         if name in building:
             raise ValueError(f"plugins refer to each other in a cycle: {' -> '.join([*building, name])}")
-        cls = plugin_class(spec.type)
-        assert cls is not None  # checked by load_config
         building.append(name)
         try:
-            params = cls.Parameters.model_validate(spec.parameters or {})
+            params = cls.Parameters.model_validate((spec.parameters or {}) if spec is not None else {})
             built[name] = cls(name=name, params=params, handle=base.for_plugin(name))
         finally:
             building.pop()
@@ -121,6 +120,9 @@ def build_plugins(
             errors.append(f"plugin {name!r} (type {spec.type}): {msg}")
     if errors:
         raise ConfigError(errors)
+    while made := made_producers(built.values(), built):  # llm-d's default producers (Producer.made_when_needed)
+        for name in made:
+            resolve(name)
     readable = readable_body_fields(built, uses)
     if checking_body_reads():
         for name, plugin in built.items():

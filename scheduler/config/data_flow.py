@@ -5,7 +5,9 @@ A profile runs the producers it lists and every producer of the config whose key
 (and those producers, in turn) consume; a producer runs after the producers of the keys it reads,
 and after those of the profile that write data it reads when present (`Producer.runs_after`).
 A consumed key that no plugin of the config produces is a config error naming the profile, the
-plugin and the key: caught when the config loads, not as a scorer that silently scores zero."""
+plugin and the key: caught when the config loads, not as a scorer that silently scores zero, unless
+the key's producer is a type made when needed (`Producer.made_when_needed`: the config then gets
+one with its defaults, `made_producers`)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,30 @@ from typing import Any
 
 from scheduler.data_keys import DataKey
 from scheduler.interfaces import Plugin, Producer
+from scheduler.registry import plugin_class
+
+
+def made_producer_class(name: str) -> type[Producer] | None:
+    """The producer type a plugin called `name` that the config does not declare is made of (with
+    its defaults): a registered Producer type of that name that is made when needed; else None."""
+    cls = plugin_class(name)
+    if cls is None or not issubclass(cls, Producer) or not cls.made_when_needed:
+        return None
+    return cls
+
+
+def made_producers(plugins: Iterable[Plugin], declared: Iterable[str]) -> list[str]:
+    """The names of the producers to make with their defaults: a key some plugin consumes, that no
+    plugin produces, whose producer is not `declared` and is made when needed."""
+    plugins, declared = list(plugins), set(declared)
+    produced = {key for p in plugins if isinstance(p, Producer) for key in p.produces}
+    names: list[str] = []
+    for plugin in plugins:
+        for key in plugin.consumes:
+            name = key.producer
+            if key not in produced and name not in declared and name not in names and made_producer_class(name):
+                names.append(name)
+    return names
 
 
 def profile_producers(

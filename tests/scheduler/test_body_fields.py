@@ -18,6 +18,7 @@ from scheduler.body_fields import (
     readable_body_fields,
 )
 from scheduler.plugins.producers.approx_prefix import ApproxPrefixCacheProducer
+from scheduler.plugins.producers.inflight_load_producer import InFlightLoadProducer
 from scheduler.plugins.scorers.no_hit_lru import NoHitLRUScorer
 from scheduler.plugins.scorers.queue import QueueScorer
 from scheduler.plugins.scorers.token_load import TokenLoadScorer
@@ -41,8 +42,10 @@ schedulingProfiles:
 def test_a_plugin_declares_its_own_fields_and_its_bases_add_theirs():
     assert declared_body_fields(QueueScorer) == frozenset()
     assert declared_body_fields(ApproxPrefixCacheProducer) == PROMPT_FIELDS | CACHE_SALT_FIELDS
-    # token-load-scorer reads through its in-flight counts: the mixin that keeps them declares for it
-    assert declared_body_fields(TokenLoadScorer) == PROMPT_FIELDS | set(OUTPUT_LIMIT_FIELDS)
+    # the in-flight counts read the prompt and output limits: the mixin that keeps them declares for its
+    # producer; token-load-scorer reads what the producer wrote, and no field
+    assert declared_body_fields(InFlightLoadProducer) == PROMPT_FIELDS | set(OUTPUT_LIMIT_FIELDS)
+    assert declared_body_fields(TokenLoadScorer) == frozenset()
 
 
 def test_a_plugin_may_read_what_the_plugins_it_looked_up_declare():

@@ -8,9 +8,13 @@ over endpoints of the larger of the two ratios. No endpoints is saturation 1. Th
 at 1 or more (sheddable requests get 429). As a filter it keeps endpoints under
 capacity * (1 + headroom) in the mode's dimension(s), with no fail-open (llm-d's behaviour).
 
-Counts follow `inflight-load-producer` (scheduler/plugins/support/inflight_load_count.py) and are this
-instance's: at admission, each gateway replica counts its own traffic (as prefill-backlog-detector);
-as a filter, the profile actor counts every decision."""
+Counts are `inflight-load-producer`'s (scheduler/plugins/support/inflight_load_count.py). As a filter
+it reads them under INFLIGHT_LOAD, written for the profile run (none when the producer failed: it
+then keeps every endpoint). As a detector it is asked at admission and by flow control, outside any
+profile run, so no cycle state reaches it: it reads the producer's live counts through their
+read-only view (`inflight_counts_for`), the producer running in the same gateway replica and
+counting that replica's traffic (as prefill-backlog-detector does); built outside a config, it sees
+no requests in flight."""
 
 from __future__ import annotations
 
@@ -20,8 +24,7 @@ from pydantic import Field
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Filter, Parameters, PluginHandle, SaturationDetector
-from scheduler.plugins.producers.inflight_load_producer import inflight_load_for
-from scheduler.plugins.support.inflight_load_count import InFlightLoadHooks
+from scheduler.plugins.support.inflight_load_count import INFLIGHT_LOAD, inflight_counts_for
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 
@@ -34,12 +37,13 @@ class ConcurrencyDetectorParameters(Parameters):
 
 
 @register
-class ConcurrencyDetector(InFlightLoadHooks, Filter, SaturationDetector):
+class ConcurrencyDetector(Filter, SaturationDetector):
     type_name = "concurrency-detector"
     Parameters = ConcurrencyDetectorParameters
+    consumes = (INFLIGHT_LOAD,)
 
     def setup(self, handle: PluginHandle) -> None:
-        self.load = inflight_load_for(handle)
+        self.counts = inflight_counts_for(handle)
         p = self.params
         self._request_limit = int(p.max_concurrency * (1.0 + p.headroom))
         self._token_limit = int(p.max_token_concurrency * (1.0 + p.headroom))
@@ -47,7 +51,9 @@ class ConcurrencyDetector(InFlightLoadHooks, Filter, SaturationDetector):
     def saturation(self, endpoints: list[Endpoint]) -> float:
         if not endpoints:
             return 1.0
-        p, requests, tokens = self.params, self.load.requests(), self.load.tokens()
+        if self.counts is None:
+            return 0.0
+        p, requests, tokens = self.params, self.counts.requests(), self.counts.tokens()
         if p.concurrency_mode == "hybrid":
             return sum(
                 max(requests.get(ep.name, 0) / p.max_concurrency, tokens.get(ep.name, 0) / p.max_token_concurrency)
@@ -61,7 +67,10 @@ class ConcurrencyDetector(InFlightLoadHooks, Filter, SaturationDetector):
         return self.saturation(endpoints) >= 1.0
 
     def filter(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
-        mode, requests, tokens = self.params.concurrency_mode, self.load.requests(), self.load.tokens()
+        load = cycle_state.get(INFLIGHT_LOAD)
+        if load is None:
+            return endpoints
+        mode, requests, tokens = self.params.concurrency_mode, load.requests, load.tokens
         check_requests, check_tokens = mode in ("requests", "hybrid"), mode in ("tokens", "hybrid")
         return [
             ep

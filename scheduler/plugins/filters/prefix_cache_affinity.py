@@ -16,8 +16,9 @@ by more than `maxTTFTPenaltyMs`; then every endpoint stays and the scorers after
   from every choice, where this only ends its claim on the request).
 * The load gate compares the lowest TTFT among the sticky endpoints with the lowest among the rest:
   with `ttftSource: prefillThroughput` (the default) an endpoint's TTFT is its in-flight tokens /
-  `peakPrefillThroughput` (15,928 tokens/s, llm-d's H100 calibration) in ms, the tokens counted as
-  `inflight-load-producer` counts them (uncached prompt tokens, released at the first token); with
+  `peakPrefillThroughput` (15,928 tokens/s, llm-d's H100 calibration) in ms, the tokens
+  `inflight-load-producer` counts (uncached prompt tokens, released at the first token) and writes
+  under INFLIGHT_LOAD for this run (`inFlightLoadProducerName` names another); with
   `latencyPredictor` it is this request's TTFT as predicted by the `predicted-latency-producer` that
   `latencyPredictionInfoProducerName` names (its PREDICTED_LATENCY key; default that type's name).
   A side without the signal (a cold predictor) skips the gate and keeps all, as llm-d does.
@@ -25,8 +26,8 @@ by more than `maxTTFTPenaltyMs`; then every endpoint stays and the scorers after
 
 The match comes from `prefixMatchInfoProducerName` (else the prefix-cache-scorer's producer, else
 the plugin called `approx-prefix-cache-producer`), found as `no-hit-lru-scorer` finds it; the
-producer's match is written once per cycle, before the filters, so the scorers after this filter read the same one, and
-this filter tells it every decision (as prefix-cache-scorer does; it learns each request once).
+producer's match is written once per cycle, before the filters, so the scorers after this filter
+read the same one; the producers learn each decision themselves (this filter has no hooks).
 `prefillCalibrationFile` (a calibration record) is refused: set `peakPrefillThroughput`.
 
 llm-d's advice holds here too: after this filter, use one load scorer (`token-load-scorer` for
@@ -35,28 +36,19 @@ request off a warm endpoint."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from scheduler.cycle_state import CycleState
 from scheduler.data_keys import DataKey
-from scheduler.interfaces import (
-    Filter,
-    Parameters,
-    PluginHandle,
-    ResponseComplete,
-    ResponseFirstToken,
-    TentativePreRequest,
-)
+from scheduler.interfaces import Filter, Parameters, PluginHandle
 from scheduler.plugins.filters.utilization_filter import Condition, within
-from scheduler.plugins.producers.inflight_load_producer import inflight_load_for
 from scheduler.plugins.scorers.no_hit_lru import find_prefix_match_key
-from scheduler.plugins.support.inflight_load_count import InFlightLoad
+from scheduler.plugins.support.inflight_load_count import INFLIGHT_LOAD, InFlightSnapshot
 from scheduler.plugins.support.latency_prediction import Prediction, predicted_latency_key
 from scheduler.registry import register
-from scheduler.types import Endpoint, LLMRequest, SchedulingResult
+from scheduler.types import Endpoint, LLMRequest
 
 DEFAULT_PEAK_PREFILL_THROUGHPUT = 15928.0  # tokens/s: llm-d's calibration (Qwen 32B, 2x H100, TP=2, vLLM 0.19)
 
@@ -114,7 +106,7 @@ class PrefixCacheAffinityParameters(Parameters):
 
 
 @register
-class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken, ResponseComplete):
+class PrefixCacheAffinityFilter(Filter):
     type_name = "prefix-cache-affinity-filter"
     Parameters = PrefixCacheAffinityParameters
 
@@ -123,12 +115,12 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
         self.match_key = find_prefix_match_key(handle, p.prefix_match_info_producer_name)
         self.consumes = (self.match_key,)
         self.rng = handle.rng
-        self._clock = handle.clock  # with no signal to hold one
         self.decisions = dict.fromkeys(OUTCOMES, 0)
-        self.load: InFlightLoad | None = None
+        self.load_key: DataKey[InFlightSnapshot] | None = None
         self.predicted_key: DataKey[dict[str, Prediction]] | None = None
         if p.max_ttft_penalty_ms > 0 and p.ttft_source == "prefillThroughput":
-            self.load = inflight_load_for(handle)
+            self.load_key = INFLIGHT_LOAD.of(p.in_flight_load_producer_name)
+            self.consumes = (self.match_key, self.load_key)
         elif p.max_ttft_penalty_ms > 0:
             name, field = p.latency_prediction_info_producer_name, "latencyPredictionInfoProducerName"
             self.predicted_key = predicted_latency_key(handle, name, field)
@@ -170,38 +162,12 @@ class PrefixCacheAffinityFilter(Filter, TentativePreRequest, ResponseFirstToken,
         if self.predicted_key is not None:
             predicted = cycle_state.get(self.predicted_key, {})
             return {name: pr.ttft_ms for name, pr in predicted.items()}
-        assert self.load is not None
-        tokens, per_ms = self.load.tokens(), self.params.peak_prefill_throughput / 1000.0
+        load = cycle_state.get(self.load_key) if self.load_key is not None else None
+        if load is None:
+            return {}
+        tokens, per_ms = load.tokens, self.params.peak_prefill_throughput / 1000.0
         return {ep.name: tokens.get(ep.name, 0) / per_ms for ep in endpoints}
-
-    @property
-    def clock(self) -> Callable[[], float]:
-        """The signal's clock (re-pointed by tests and the simulation's virtual time)."""
-        return self.load.clock if self.load is not None else self._clock
-
-    @clock.setter
-    def clock(self, clock: Callable[[], float]) -> None:
-        if self.load is not None:
-            self.load.clock = clock
 
     def _decided(self, outcome: str, endpoints: list[Endpoint]) -> list[Endpoint]:
         self.decisions[outcome] += 1
         return endpoints
-
-    # -- the lifecycle: the gate's signal follows the request (the producers learn on their own) ----
-
-    def pre_request(self, request: LLMRequest, result: SchedulingResult) -> None:
-        if self.load is not None:
-            self.load.add(request, result)
-
-    def withdraw(self, request: LLMRequest) -> None:
-        if self.load is not None:
-            self.load.complete(request)
-
-    def response_first_token(self, request: LLMRequest, endpoint_name: str) -> None:
-        if self.load is not None:
-            self.load.first_token(request)
-
-    def response_complete(self, request: LLMRequest, endpoint_name: str) -> None:
-        if self.load is not None:
-            self.load.complete(request)

@@ -1,23 +1,30 @@
 """`inflight-load-producer` (llm-d's pkg/epp/framework/plugins/requestcontrol/dataproducer/
-inflightload): how in-flight requests and tokens are counted for `token-load-scorer` and
-`concurrency-detector` (scheduler/plugins/support/inflight_load_count.py has the rules).
+inflightload): counts the requests and tokens in flight per endpoint, from the decisions and
+responses it hears (scheduler/plugins/support/inflight_load_count.py has the rules), and writes
+them, with what this request would add, under `INFLIGHT_LOAD` in each profile run for
+`token-load-scorer`, `utilization-filter`, `concurrency-detector` and `prefix-cache-affinity-filter`.
 
-llm-d keeps one count that its consumers read; here each consumer keeps its own count with this
-producer's parameters, because in the Ray path the consumers live in different processes (a profile
-actor, a gateway replica). llm-d creates the producer with its defaults when a consumer needs it and
-none is configured; so does Ray EPP."""
+One count per process that runs it: a profile actor (told every decision), a Serve router's mirror,
+a gateway replica where a detector asks at admission (that replica's own traffic), the in-process
+Scheduler. A detector asked outside a profile run reads `inflight_counts()`. llm-d creates the
+producer with its defaults when a consumer needs it and none is configured; so does Ray EPP
+(`made_when_needed`)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from pydantic import Field
 
-from scheduler.body_fields import OUTPUT_LIMIT_FIELDS, PROMPT_FIELDS
-from scheduler.interfaces import Parameters, Plugin, PluginHandle
-from scheduler.plugins.support.inflight_load_count import InFlightLoad, LoadEstimate
+from scheduler.cycle_state import CycleState
+from scheduler.interfaces import Parameters, PluginHandle, Producer
+from scheduler.plugins.support.inflight_load_count import (
+    INFLIGHT_LOAD,
+    InFlightCounts,
+    InFlightLoad,
+    InFlightLoadHooks,
+    LoadEstimate,
+)
 from scheduler.registry import register
+from scheduler.types import Endpoint, LLMRequest
 
 
 class InFlightLoadProducerParameters(Parameters):
@@ -27,24 +34,19 @@ class InFlightLoadProducerParameters(Parameters):
 
 
 @register
-class InFlightLoadProducer(Plugin):
+class InFlightLoadProducer(InFlightLoadHooks, Producer):
     type_name = "inflight-load-producer"
-    body_fields = PROMPT_FIELDS | frozenset(OUTPUT_LIMIT_FIELDS)  # what its counts estimate by
     Parameters = InFlightLoadProducerParameters
+    made_when_needed = True
 
     def setup(self, handle: PluginHandle) -> None:
         p = self.params
-        self.estimate = LoadEstimate(p.add_estimated_output_tokens, p.output_ratio, p.max_estimated_output_tokens)
+        estimate = LoadEstimate(p.add_estimated_output_tokens, p.output_ratio, p.max_estimated_output_tokens)
+        self.load = InFlightLoad(estimate, handle.clock)
+        self.produces = (INFLIGHT_LOAD.of(self.name),)
 
-    def new_count(self, clock: Callable[[], float] = time.monotonic) -> InFlightLoad:
-        """A consumer's own count, on the consumer's clock."""
-        return InFlightLoad(self.estimate, clock)
+    def produce(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:
+        cycle_state.put(self.produces[0], self.load.snapshot(request))
 
-
-def inflight_load_for(handle: PluginHandle) -> InFlightLoad:
-    """A consumer's own count, with the parameters of the producer called `inflight-load-producer`
-    (the name a plugin of that type gets by default), or llm-d's defaults when there is none."""
-    name = InFlightLoadProducer.type_name
-    if name not in handle.plugin_names():
-        return InFlightLoadProducer().new_count(handle.clock)
-    return handle.plugin_of_type(name, InFlightLoadProducer, "the plugin called").new_count(handle.clock)
+    def inflight_counts(self) -> InFlightCounts:
+        return self.load

@@ -3,18 +3,17 @@ prefer endpoints with fewer estimated tokens, 1 - min(1, tokens / queueThreshold
 4Mi tokens, 128 requests of 32K), where an endpoint's tokens are those in flight on it plus what
 this request would add there: its prompt less what the endpoint has cached (the prefix-cache match
 a producer set this cycle; none: the whole prompt), so cache warmth and load are weighed in the
-same unit. Tokens are counted as `inflight-load-producer` says (scheduler/plugins/support/
-inflight_load_count.py), in this plugin instance: in the Ray path, per profile actor, which is told
-every decision."""
+same unit. Tokens are counted by `inflight-load-producer` (scheduler/plugins/support/
+inflight_load_count.py), which writes them under INFLIGHT_LOAD for this profile run; without that
+data (the producer failed) every endpoint scores alike."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Parameters, PluginHandle, Scorer, ScorerCategory
-from scheduler.plugins.producers.inflight_load_producer import inflight_load_for
-from scheduler.plugins.support.inflight_load_count import InFlightLoadHooks
+from scheduler.interfaces import Parameters, Scorer, ScorerCategory
+from scheduler.plugins.support.inflight_load_count import INFLIGHT_LOAD
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
@@ -25,19 +24,17 @@ class TokenLoadScorerParameters(Parameters):
 
 
 @register
-class TokenLoadScorer(InFlightLoadHooks, Scorer):
+class TokenLoadScorer(Scorer):
     type_name = "token-load-scorer"
     category = ScorerCategory.DISTRIBUTION
     Parameters = TokenLoadScorerParameters
-
-    def setup(self, handle: PluginHandle) -> None:
-        self.load = inflight_load_for(handle)
+    consumes = (INFLIGHT_LOAD,)
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
-        tokens, limit = self.load.tokens(), self.params.queue_threshold_tokens
+        load = cycle_state.get(INFLIGHT_LOAD)
+        if load is None:
+            return {}
+        tokens, limit = load.tokens, self.params.queue_threshold_tokens
         matches = cycle_state.attribute_by_endpoint(PREFIX_MATCH_KEY)
-        own = self.load.request_tokens
-        return {
-            ep: 1.0 - min(1.0, (tokens.get(ep.name, 0) + own(request, matches.get(ep.name))) / limit)
-            for ep in endpoints
-        }
+        own = load.request_tokens
+        return {ep: 1.0 - min(1.0, (tokens.get(ep.name, 0) + own(matches.get(ep.name))) / limit) for ep in endpoints}

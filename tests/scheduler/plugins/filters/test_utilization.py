@@ -103,7 +103,7 @@ def test_active_requests_are_the_ones_this_router_sent():
         ({"conditions": [{"metric": "waiting-queue"}]}, "maxValue"),
         (
             {"conditions": [{"metric": "active-requests", "maxValue": 1}], "inFlightLoadProducerName": "other"},
-            "only the default",
+            "inflight-load/other",
         ),
     ],
 )

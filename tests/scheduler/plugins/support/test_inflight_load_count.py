@@ -11,7 +11,8 @@ from scheduler import Scheduler
 from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.config import load_config
 from scheduler.errors import ConfigError
-from scheduler.plugins.support.inflight_load_count import InFlightLoad, LoadEstimate
+from scheduler.plugins.detectors.concurrency_detector import ConcurrencyDetector
+from scheduler.plugins.support.inflight_load_count import INFLIGHT_LOAD, InFlightLoad, InFlightSnapshot, LoadEstimate
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.types import Endpoint, ProfileRunResult, SchedulingResult
 from tests.scheduler.helpers import FakeClock, endpoint, fresh_state, names, request
@@ -82,19 +83,30 @@ def build(plugins, profile_refs=None):
     return Scheduler.from_config(load_config(doc))
 
 
+PRODUCER = "inflight-load-producer"
+
+
+def produced(sched, req, eps, state=None):
+    """A cycle state with what the in-flight load producer writes for `req` (as a profile run has)."""
+    state = state if state is not None else fresh_state()
+    sched.plugins[PRODUCER].produce(state, req, eps)
+    return state
+
+
 def test_token_load_scorer_scores_and_steers():
     sched = build([{"type": "token-load-scorer", "parameters": {"queueThresholdTokens": 400}}])
-    scorer = sched.plugins["token-load-scorer"]
+    scorer, producer = sched.plugins["token-load-scorer"], sched.plugins[PRODUCER]  # the producer made for it
     eps = [endpoint("a"), endpoint("b")]
     first = sched.schedule(request(prompt=PROMPT, request_id="r1"), eps)  # PreRequest counts it
     busy = first.profile_results["default"].target_endpoints[0].name
-    scores = {e.name: s for e, s in scorer.score(fresh_state(), request(prompt=PROMPT), eps).items()}
+    req = request(prompt=PROMPT)
+    scores = {e.name: s for e, s in scorer.score(produced(sched, req, eps), req, eps).items()}
     # in flight (100 on the busy one) plus what this request adds there (100, nothing cached)
     assert scores[busy] == pytest.approx(0.5) and scores[({"a", "b"} - {busy}).pop()] == pytest.approx(0.75)
     second = sched.schedule(request(prompt=PROMPT, request_id="r2"), eps)
     assert second.profile_results["default"].target_endpoints[0].name != busy
     sched.response_complete(request(request_id="r1"), busy)
-    assert scorer.load.tokens() == {({"a", "b"} - {busy}).pop(): 100}
+    assert producer.load.tokens() == {({"a", "b"} - {busy}).pop(): 100}
 
 
 def test_token_load_scorer_counts_this_request_less_what_each_endpoint_has_cached():
@@ -103,9 +115,9 @@ def test_token_load_scorer_counts_this_request_less_what_each_endpoint_has_cache
     sched = build([{"type": "token-load-scorer", "parameters": {"queueThresholdTokens": 400}}])
     state = fresh_state()
     state.set_endpoint_attributes(PREFIX_MATCH_KEY, {"warm": PrefixCacheMatchInfo(4, 100, 16)})
-    eps = [endpoint("warm"), endpoint("cold")]
+    eps, req = [endpoint("warm"), endpoint("cold")], request(prompt=PROMPT)
     scorer = sched.plugins["token-load-scorer"]
-    scores = {e.name: s for e, s in scorer.score(state, request(prompt=PROMPT), eps).items()}
+    scores = {e.name: s for e, s in scorer.score(produced(sched, req, eps, state), req, eps).items()}
     assert scores == {"warm": pytest.approx(1 - 36 / 400), "cold": pytest.approx(1 - 100 / 400)}
 
 
@@ -117,7 +129,30 @@ def test_the_configured_producer_sets_how_consumers_count():
         ]
     )
     sched.schedule(request(prompt=PROMPT, request_id="r1"), [endpoint("a")])
-    assert sched.plugins["token-load-scorer"].load.tokens() == {"a": 200}
+    snapshot = produced(sched, request(prompt=PROMPT), [endpoint("a")]).get(INFLIGHT_LOAD)
+    assert snapshot == InFlightSnapshot({"a": 1}, {"a": 200}, 100, 100)
+
+
+def test_consumers_read_the_producer_they_name():
+    """utilization-filter's inFlightLoadProducerName picks whose counts it reads (llm-d's DataKey)."""
+    sched = build(
+        [
+            {"type": "inflight-load-producer", "name": "strict"},
+            {
+                "type": "utilization-filter",
+                "parameters": {
+                    "conditions": [{"metric": "active-requests", "maxValue": 0}],
+                    "inFlightLoadProducerName": "strict",
+                },
+            },
+        ],
+        ["utilization-filter"],
+    )
+    assert PRODUCER not in sched.plugins  # the named one is read: no default is made
+    sched.schedule(request(request_id="r1"), [endpoint("a"), endpoint("b")])
+    busy = next(iter(sched.plugins["strict"].load.requests()))
+    assert names(sched.schedule(request(request_id="r2"), [endpoint("a"), endpoint("b")]).profile_results["default"]
+                 .target_endpoints) == [({"a", "b"} - {busy}).pop()]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -137,15 +172,16 @@ def test_the_configured_producer_sets_how_consumers_count():
 )
 def test_concurrency_detector(params, requests, tokens, saturation, kept):
     sched = build([{"type": "concurrency-detector", "parameters": params}], ["concurrency-detector"])
-    detector = sched.plugins["concurrency-detector"]
+    detector, load = sched.plugins["concurrency-detector"], sched.plugins[PRODUCER].load
     for name, n in requests.items():
         for i in range(n):
-            detector.load.requests_ledger.add(f"{name}{i}", [(name, 1)])
+            load.requests_ledger.add(f"{name}{i}", [(name, 1)])
     for name, n in tokens.items():
-        detector.load.tokens_ledger.add(f"t{name}", [(name, n)])
+        load.tokens_ledger.add(f"t{name}", [(name, n)])
     eps = [endpoint("a"), endpoint("b"), endpoint("c")]
-    assert detector.saturation(eps) == pytest.approx(saturation)
-    assert names(detector.filter(fresh_state(), request(), eps)) == kept
+    assert detector.saturation(eps) == pytest.approx(saturation)  # the live view: no cycle at admission
+    assert names(detector.filter(produced(sched, request(), eps), request(), eps)) == kept
+    assert names(detector.filter(fresh_state(), request(), eps)) == names(eps)  # no data: keeps all
     assert detector.saturation([]) == 1.0
 
 
@@ -159,13 +195,21 @@ def test_concurrency_detector_sheds_once_the_pool_is_full():
     for i in range(2):
         res = sched.schedule(request(prompt=PROMPT, request_id=f"r{i}"), eps)
         assert not pool_saturated(doc_named, eps) or i == 1
-        for d in doc_named:
-            d.pre_request(request(prompt=PROMPT, request_id=f"r{i}"), res)
-    assert pool_saturated(doc_named, eps)
+        assert res.profile_results["default"] is not None
+    assert pool_saturated(doc_named, eps)  # the producer counted both decisions
 
 
-def test_a_plugin_called_inflight_load_producer_must_be_one():
-    with pytest.raises(ConfigError, match="is a queue-scorer, not an inflight-load-producer"):
-        load_config(
-            {"plugins": [{"type": "queue-scorer", "name": "inflight-load-producer"}, {"type": "token-load-scorer"}]}
-        )
+def test_a_detector_outside_a_config_sees_no_load():
+    assert ConcurrencyDetector().saturation([endpoint("a")]) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("consumer", "expect"),
+    [
+        ("token-load-scorer", "reads the data key 'inflight-load/inflight-load-producer', which no plugin"),
+        ("concurrency-detector", "is a queue-scorer, which counts no requests in flight"),
+    ],
+)
+def test_a_plugin_called_inflight_load_producer_must_be_one(consumer, expect):
+    with pytest.raises(ConfigError, match=expect):
+        load_config({"plugins": [{"type": "queue-scorer", "name": "inflight-load-producer"}, {"type": consumer}]})
