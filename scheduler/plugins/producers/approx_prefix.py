@@ -5,7 +5,8 @@ pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix).
 A Producer: before the profile's filters it writes a PrefixCacheMatchInfo per endpoint under its
 PREFIX_MATCH_INFO key, which `prefix-cache-scorer` (and the other prefix-aware plugins) read when
 their `prefixMatchInfoProducerName` names this plugin, and attaches each to its endpoint
-(PREFIX_MATCH_KEY), which the P/D decider reads from the decode target. It is also a PreRequest
+(PREFIX_MATCH_KEY), which the P/D decider reads from the decode target, and its index's holdings per
+server (PREFIX_INDEX_HOLDINGS, read by `prefix-home-balance-scorer`). It is also a PreRequest
 hook: once a request is scheduled, the index learns that the primary target, and the `prefill`
 profile's target in P/D, now hold its blocks (once per request).
 
@@ -39,8 +40,10 @@ from scheduler.data_keys import DataKey
 from scheduler.interfaces import Parameters, PluginHandle, PluginMetrics, PreRequest, Producer
 from scheduler.plugins.support.prefix import (
     PREFIX_HOLDERS,
+    PREFIX_INDEX_HOLDINGS,
     PREFIX_MATCH_INFO,
     PREFIX_MATCH_KEY,
+    IndexHoldings,
     PrefixCacheMatchInfo,
     PrefixIndex,
     prefix_block_hashes,
@@ -148,7 +151,12 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
         self.inactive_check_seconds = INACTIVE_SERVER_CHECK_SECONDS
         self.next_check: float | None = None  # the first sweep is a check interval after the first call
         self.unseen: set[str] = set()  # indexed servers not yet seen in this check interval
-        self.produces = (PREFIX_MATCH_INFO.of(self.name), PREFIX_HOLDERS.of(self.name))
+        self.holdings = IndexHoldings(self.index)
+        self.produces = (
+            PREFIX_MATCH_INFO.of(self.name),
+            PREFIX_HOLDERS.of(self.name),
+            PREFIX_INDEX_HOLDINGS.of(self.name),
+        )
         # Per request, in its derived data: the (block size, max blocks) it was matched with, for learn().
         self.state_key: DataKey[tuple[int, int]] = DataKey(f"{self.type_name}/geometry", self.name)
         self._learned_key: DataKey[bool] = DataKey(f"{self.type_name}/learned", self.name)
@@ -234,6 +242,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest):
 
     def produce(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:
         cycle_state.put(self.produces[0], self.match_infos(cycle_state, request, endpoints))
+        cycle_state.put(self.produces[2], self.holdings)
 
     def match_infos(
         self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]

@@ -21,8 +21,9 @@ every endpoint scores 1, leaving the choice to prefix affinity and load. Relativ
 is cold while the pods' holdings differ by 1-5 %, and on a pool that clients also use directly most
 prompts are cold; min-max made that history-sized gap decide every one of them
 (docs/decisions/0007-default-fading-ledger.md, "More seeds"). Nothing is kept per request; the
-index is the prefix-cache producer's, found as `no-hit-lru-scorer` finds it, and learns each
-decision there."""
+index is the prefix-cache producer's (found as `no-hit-lru-scorer` finds it), which learns each
+decision and writes its holdings under PREFIX_INDEX_HOLDINGS for the cycle; a producer without an
+index (the burst producer), or a cycle without that key (the producer failed), scores 1 everywhere."""
 
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ from typing import Literal
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
+from scheduler.data_keys import DataKey
 from scheduler.interfaces import Parameters, PluginHandle, Scorer, ScorerCategory
 from scheduler.plugins.scorers.no_hit_lru import find_prefix_match_key
-from scheduler.plugins.support.prefix import PrefixIndex
+from scheduler.plugins.support.prefix import PREFIX_INDEX_HOLDINGS, IndexHoldings
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 
@@ -56,17 +58,19 @@ class PrefixHomeBalanceScorer(Scorer):
     def setup(self, handle: PluginHandle) -> None:
         p = self.params
         self.match_key = find_prefix_match_key(handle, p.prefix_match_info_producer_name, p.prefix_plugin_name)
-        self.consumes = (self.match_key,)
-        # The producer's index, for each server's size (state across requests, not this cycle's data).
-        self.index: PrefixIndex | None = None
-        if self.match_key.producer in handle.plugin_names():
-            self.index = handle.plugin(self.match_key.producer).index  # type: ignore[attr-defined]
+        self.holdings_key: DataKey[IndexHoldings] | None = PREFIX_INDEX_HOLDINGS.of(self.match_key.producer)
+        producer = self.match_key.producer
+        if producer in handle.plugin_names() and self.holdings_key in getattr(handle.plugin(producer), "produces", ()):
+            self.consumes = (self.match_key, self.holdings_key)
+        else:  # a producer with no index to weigh
+            self.consumes, self.holdings_key = (self.match_key,), None
 
     def score(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> dict[Endpoint, float]:
         infos = cycle_state.get(self.match_key, {})
-        if self.index is None or any((i := infos.get(ep.name)) is not None and i.match_blocks > 0 for ep in endpoints):
+        holdings = cycle_state.get(self.holdings_key) if self.holdings_key is not None else None
+        if holdings is None or any((i := infos.get(ep.name)) is not None and i.match_blocks > 0 for ep in endpoints):
             return dict.fromkeys(endpoints, 1.0)
-        size = self.index.server_size
+        size = holdings.blocks
         held = [size(ep.name) for ep in endpoints]
         low, high = (min(held), max(held)) if held else (0, 0)
         if high == low:

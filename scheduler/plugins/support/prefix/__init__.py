@@ -12,7 +12,12 @@ from scheduler.plugins.support.prefix.hashing import (
     prefix_hashes_key,
     set_prefix_block_hashes,
 )
-from scheduler.plugins.support.prefix.index import DEFAULT_LRU_CAPACITY_PER_SERVER, PrefixIndex
+from scheduler.plugins.support.prefix.index import (
+    DEFAULT_LRU_CAPACITY_PER_SERVER,
+    PREFIX_INDEX_HOLDINGS,
+    IndexHoldings,
+    PrefixIndex,
+)
 from scheduler.plugins.support.prefix.match_info import (
     PREFIX_HOLDERS,
     PREFIX_MATCH_INFO,
@@ -26,8 +31,10 @@ __all__ = [
     "DEFAULT_LRU_CAPACITY_PER_SERVER",
     "DEFAULT_MAX_PREFIX_BLOCKS",
     "PREFIX_HOLDERS",
+    "PREFIX_INDEX_HOLDINGS",
     "PREFIX_MATCH_INFO",
     "PREFIX_MATCH_KEY",
+    "IndexHoldings",
     "PrefixCacheMatchInfo",
     "PrefixIndex",
     "hash_blocks",

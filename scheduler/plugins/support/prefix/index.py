@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from itertools import groupby
 
+from scheduler.data_keys import DataKey
 from scheduler.plugins.support.prefix.hashing import DEFAULT_BLOCK_SIZE_TOKENS
 
 # A Llama-3-8B on an 80 GB H100 caches about 500K tokens: 31,250 blocks of 16 tokens (GIE's note).
@@ -205,3 +206,25 @@ class PrefixIndex:
             names.append(by_index[low.bit_length() - 1])
             mask ^= low
         return names
+
+
+class IndexHoldings:
+    """How many blocks a prefix producer's index holds per server, read when asked rather than
+    copied for every endpoint of the pool each cycle (what `prefix-home-balance-scorer` weighs; the
+    index changes only when a decision is learned, after the cycle that reads this). A copy sent to
+    another process carries no index: it holds nothing for anyone there."""
+
+    __slots__ = ("_index",)
+
+    def __init__(self, index: PrefixIndex | None) -> None:
+        self._index = index
+
+    def blocks(self, server: str) -> int:
+        return self._index.server_size(server) if self._index is not None else 0
+
+    def __reduce__(self) -> tuple[type[IndexHoldings], tuple[None]]:
+        return IndexHoldings, (None,)
+
+
+# What a prefix producer with an index writes beside its match: its index's holdings.
+PREFIX_INDEX_HOLDINGS: DataKey[IndexHoldings] = DataKey("prefix-index-holdings", "approx-prefix-cache-producer")

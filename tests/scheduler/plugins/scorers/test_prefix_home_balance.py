@@ -5,12 +5,15 @@ next request follows its prefix."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from scheduler import Scheduler
 from scheduler.config import load_config
 from scheduler.errors import ConfigError
 from scheduler.plugins.scorers.prefix_home_balance import PrefixHomeBalanceScorer
+from scheduler.plugins.support.prefix import PREFIX_INDEX_HOLDINGS, PREFIX_MATCH_INFO
 from scheduler.types import ProfileRunResult, SchedulingResult
 from tests.scheduler.helpers import as_in_profile, endpoint, fresh_state, request
 
@@ -138,3 +141,15 @@ def test_config_needs_prefix_match_data():
         ConfigError, match="reads the data key 'prefix-cache-match-info/approx-prefix-cache-producer', which no plugin"
     ):
         load_config({"plugins": [{"type": "prefix-home-balance-scorer"}]})
+
+
+def test_the_producer_writes_its_index_holdings_and_a_copy_elsewhere_holds_nothing():
+    sched, s = scheduler()
+    sent(sched, "a", group_prompt(1), "h0")
+    producer = sched.plugins["approx-prefix-cache-producer"]
+    assert s.consumes == (PREFIX_MATCH_INFO, PREFIX_INDEX_HOLDINGS)  # a declared read, not the index itself
+    state = fresh_state()
+    producer.produce(state, request(prompt="x"), EPS)
+    holdings = state.get(PREFIX_INDEX_HOLDINGS)
+    assert holdings is not None and holdings.blocks("a") > 0 and holdings.blocks("b") == 0
+    assert pickle.loads(pickle.dumps(holdings)).blocks("a") == 0  # the index stays in its process
