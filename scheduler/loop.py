@@ -14,12 +14,14 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Coroutine, Mapping
+from collections.abc import Awaitable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
+from scheduler.config.data_flow import preparing_producers
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.interfaces import DataPreparer, PluginTimer, ProfileHandler
+from scheduler.interfaces import DataPreparer, Plugin, PluginTimer, ProfileHandler
+from scheduler.profile import produce_or_skip
 from scheduler.trace import TRACE_NOTES_KEY, SchedulingTrace
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult
 
@@ -113,21 +115,40 @@ async def _cycles(
     return result
 
 
-async def prepare_data(
-    preparers: list[DataPreparer], cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]
-) -> None:
-    """Run the config's DataPreparers (at the same time: each may wait) before the first round; one
-    that fails is logged and the request goes on without what it would have written."""
-    if not preparers:
-        return
-    outcomes = await asyncio.gather(
-        *(p.prepare(cycle_state, request, endpoints) for p in preparers), return_exceptions=True
-    )
-    for p, outcome in zip(preparers, outcomes, strict=True):
-        if isinstance(outcome, Exception):
-            log.warning("data preparer %r failed on request %s: %s", p.name, request.request_id, outcome)
-        elif isinstance(outcome, BaseException):
-            raise outcome  # cancellation: the client left
+class DataPreparation:
+    """What runs where a request arrives, before the first round: the config's DataPreparers (at the
+    same time: each may wait), and first the producers whose keys they read
+    (config.data_flow.preparing_producers: the token producer), in order, each off the event loop
+    (it may ask a server), under the profiles' rule for a producer that raises (`failures` counts
+    them). A preparer that fails is logged and the request goes on without what it would have
+    written. False when the plugins have no preparer."""
+
+    __slots__ = ("failures", "preparers", "producers")
+
+    def __init__(self, plugins: Iterable[Plugin]) -> None:
+        plugins = list(plugins)
+        self.preparers = [p for p in plugins if isinstance(p, DataPreparer)]
+        self.producers = preparing_producers(self.preparers, plugins)
+        self.failures: dict[str, int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.preparers)
+
+    async def run(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:
+        if not self.preparers:
+            return
+        failures = self.failures
+        for producer in self.producers:
+            await asyncio.to_thread(produce_or_skip, producer, cycle_state, request, endpoints, failures, "preparation")
+        preparers = self.preparers
+        outcomes = await asyncio.gather(
+            *(p.prepare(cycle_state, request, endpoints) for p in preparers), return_exceptions=True
+        )
+        for p, outcome in zip(preparers, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                log.warning("data preparer %r failed on request %s: %s", p.name, request.request_id, outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome  # cancellation: the client left
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

@@ -71,12 +71,7 @@ class SchedulerProfile:
             cycle_state.put(RUNNING_PROFILE, self.name)
         for producer in self.producers:
             start = time.perf_counter()
-            try:
-                producer.produce(cycle_state, request, endpoints)
-            except Exception as err:  # a producer's failure costs its data, not the request
-                for key in producer.produces:  # what it wrote before it raised is not its data either
-                    cycle_state.delete(key)
-                self._producer_failed(producer, request, err)
+            produce_or_skip(producer, cycle_state, request, endpoints, self.producer_failures, f"profile {self.name!r}")
             if timer is not None:
                 timer("Producer", producer, time.perf_counter() - start)
         candidates = self._filter(request, cycle_state, endpoints, trace, timer)
@@ -101,15 +96,6 @@ class SchedulerProfile:
             trace.totals = {ep.name: round(score, 6) for ep, score in totals.items()}
             trace.picked = [ep.name for ep in result.target_endpoints]
         return result
-
-    def _producer_failed(self, producer: Producer, request: LLMRequest, err: Exception) -> None:
-        failures = self.producer_failures[producer.name] = self.producer_failures.get(producer.name, 0) + 1
-        if failures % PRODUCER_LOG_EVERY == 1:
-            log.warning(
-                "producer %r failed on request %s (%d failures in profile %r), scheduled without its data: %s: %s",
-                producer.name, request.request_id, failures, self.name, type(err).__name__, err,
-                exc_info=failures == 1,
-            )  # fmt: skip
 
     def _filter(self, request, cycle_state, endpoints, trace, timer) -> list[Endpoint]:
         remaining = endpoints
@@ -159,3 +145,28 @@ class SchedulerProfile:
                     }
                 )
         return totals
+
+
+def produce_or_skip(
+    producer: Producer,
+    cycle_state: CycleState,
+    request: LLMRequest,
+    endpoints: list[Endpoint],
+    failures: dict[str, int],
+    where: str,
+) -> None:
+    """Run one producer: the one rule for a producer that raises, wherever producers run (a profile,
+    the data preparation before the rounds). Its keys are then absent for this request (what it
+    wrote before raising too) and the request goes on; `failures` counts it by producer name and
+    the 1st failure is logged with its traceback, then one line per PRODUCER_LOG_EVERY."""
+    try:
+        producer.produce(cycle_state, request, endpoints)
+    except Exception as err:  # a producer's failure costs its data, not the request
+        for key in producer.produces:
+            cycle_state.delete(key)
+        n = failures[producer.name] = failures.get(producer.name, 0) + 1
+        if n % PRODUCER_LOG_EVERY == 1:
+            log.warning(
+                "producer %r failed on request %s (%d failures in %s), scheduled without its data: %s: %s",
+                producer.name, request.request_id, n, where, type(err).__name__, err, exc_info=n == 1,
+            )  # fmt: skip

@@ -7,9 +7,9 @@ import random
 from scheduler.config import build_plugins, load_config
 from scheduler.cycle_state import CycleState, profile_error_key
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.interfaces import DataPreparer, Plugin, PluginHandle, PluginTimer, ProfileHandler
+from scheduler.interfaces import Plugin, PluginHandle, PluginTimer, ProfileHandler
 from scheduler.lifecycle import Lifecycle
-from scheduler.loop import CYCLE_SEED_KEY, prepare_data, run_sync, schedule_cycles
+from scheduler.loop import CYCLE_SEED_KEY, DataPreparation, run_sync, schedule_cycles
 from scheduler.profile import SchedulerProfile
 from scheduler.trace import ProfileTrace, SchedulingTrace
 from scheduler.types import Endpoint, LLMRequest, ProfileRunResult, SchedulingResult
@@ -32,7 +32,8 @@ class Scheduler:
         self.plugins = plugins if plugins is not None else _plugins_of(handler, profiles)
         self.timer = timer
         self.hooks = Lifecycle(self.plugins.values())  # every plugin runs in this process
-        self.preparers = self.hooks.having(DataPreparer)
+        self.preparation = DataPreparation(self.hooks.plugins)
+        self.preparers = self.preparation.preparers
         # Each cycle's seed (scheduler/plugins/support/cycle_rng.py); replace it to make runs repeat.
         self.cycle_seeds = random.Random()
 
@@ -79,7 +80,7 @@ class Scheduler:
         """`schedule` on an event loop: the config's DataPreparers (a burst window) run first, so
         concurrent calls see each other."""
         cycle_state = self._cycle_state(endpoints)
-        await prepare_data(self.preparers, cycle_state, request, endpoints)
+        await self.preparation.run(cycle_state, request, endpoints)
         result = await schedule_cycles(
             self.handler, self.profiles, self._run_profiles, request, endpoints, cycle_state, trace, self.timer
         )

@@ -49,10 +49,9 @@ from scheduler.errors import ErrorCode
 from scheduler.flowcontrol.controller import build_flow_controller
 from scheduler.flowcontrol.types import DEFAULT_FAIRNESS_ID, FAIRNESS_ID_HEADER, FlowItem, Outcome
 from scheduler.interfaces import KVEventSink, PluginHandle
-from scheduler.plugins.producers.precise_prefix import TOKEN_PRODUCER
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY
 from scheduler.plugins.support.prefix.precise_index import LIVE
-from scheduler.plugins.support.tokenized import set_request_tokens
+from scheduler.plugins.support.tokenized import TOKEN_PRODUCER, set_request_tokens
 from scheduler.types import SchedulingResult
 
 # Virtual time + this is what the scheduler's clocks read: update_time 0 means "not tracked".

@@ -7,11 +7,21 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from scheduler.body_fields import check_body_reads, checking_body_reads, readable_body_fields
-from scheduler.config.data_flow import made_producer_class, made_producers, profile_producers
+from scheduler.config.data_flow import DATA_PREPARATION, made_producer_class, made_producers, profile_producers
 from scheduler.config.models import EndpointPickerConfig
 from scheduler.config.placement import Placement, placement
 from scheduler.errors import ConfigError
-from scheduler.interfaces import Filter, Picker, Plugin, PluginHandle, Producer, ProfileHandler, Scorer, Screener
+from scheduler.interfaces import (
+    DataPreparer,
+    Filter,
+    Picker,
+    Plugin,
+    PluginHandle,
+    Producer,
+    ProfileHandler,
+    Scorer,
+    Screener,
+)
 from scheduler.lifecycle import Lifecycle
 from scheduler.profile import SchedulerProfile, WeightedScorer
 from scheduler.registry import plugin_class
@@ -147,6 +157,8 @@ def build_plugins(
                 profile.picker = plugin
         profile.producers = profile_producers(spec.name, profile.plugins(), listed, built.values(), errors)
         profiles[spec.name] = profile
+    preparers = [p for p in built.values() if isinstance(p, DataPreparer)]
+    profile_producers(DATA_PREPARATION, preparers, [], built.values(), errors)  # the keys they read have producers
     if errors:
         raise ConfigError(errors)
 

@@ -4,6 +4,9 @@ the plugin that produces it (llm-d's config loader checks consumers against prod
 A profile runs the producers it lists and every producer of the config whose keys its plugins
 (and those producers, in turn) consume; a producer runs after the producers of the keys it reads,
 and after those of the profile that write data it reads when present (`Producer.runs_after`).
+A producer that is also a data preparer (the burst producer) reads its keys in `prepare`, before the
+rounds, where the request arrives: their producers run there (`preparing_producers`), not in the
+profile.
 A consumed key that no plugin of the config produces is a config error naming the profile, the
 plugin and the key: caught when the config loads, not as a scorer that silently scores zero, unless
 the key's producer is a type made when needed (`Producer.made_when_needed`: the config then gets
@@ -15,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from scheduler.data_keys import DataKey
-from scheduler.interfaces import Plugin, Producer
+from scheduler.interfaces import DataPreparer, Plugin, Producer
 from scheduler.registry import plugin_class
 
 
@@ -42,11 +45,23 @@ def made_producers(plugins: Iterable[Plugin], declared: Iterable[str]) -> list[s
     return names
 
 
+def preparing_producers(preparers: Iterable[Plugin], available: Iterable[Plugin]) -> list[Producer]:
+    """The producers whose keys the data preparers read (the burst producer: the prompt's tokens),
+    dependencies first: they run before the preparers, where the request arrives. The build checked
+    that each such key has a producer (`DATA_PREPARATION`)."""
+    return profile_producers(DATA_PREPARATION, preparers, [], available, [])
+
+
+DATA_PREPARATION = ""  # the "profile" of the data preparers, in errors: "data preparers: ..."
+
+
 def profile_producers(
     profile_name: str, plugins: Iterable[Plugin], listed: list[Producer], available: Iterable[Plugin], errors: list[str]
 ) -> list[Producer]:
-    """The producers profile `profile_name` runs, dependencies first; a line in `errors` per consumed
-    key without a producer, or per producer that reads its own output through others (a cycle)."""
+    """The producers profile `profile_name` runs (DATA_PREPARATION: before the data preparers),
+    dependencies first; a line in `errors` per consumed key without a producer, or per producer
+    that reads its own output through others (a cycle)."""
+    where = f"schedulingProfiles {profile_name!r}" if profile_name != DATA_PREPARATION else "data preparers"
     by_key: dict[DataKey[Any], Producer] = {}
     for plugin in [*listed, *available]:
         if isinstance(plugin, Producer):
@@ -57,14 +72,15 @@ def profile_producers(
     def choose(producer: Producer) -> None:
         if not any(p is producer for p in chosen):
             chosen.append(producer)
-            need(producer)
+            if not reads_in_prepare(producer):
+                need(producer)
 
     def need(consumer: Plugin) -> None:
         for key in consumer.consumes:
             producer = by_key.get(key)
             if producer is None:
                 errors.append(
-                    f"schedulingProfiles {profile_name!r}: plugin {consumer.name!r} (type {consumer.type_name}) "
+                    f"{where}: plugin {consumer.name!r} (type {consumer.type_name}) "
                     f"reads the data key {str(key)!r}, which no plugin in 'plugins' produces"
                 )
             else:
@@ -74,11 +90,16 @@ def profile_producers(
         choose(producer)
     for plugin in plugins:
         need(plugin)
-    return _in_order(profile_name, chosen, by_key, errors)
+    return _in_order(where, chosen, by_key, errors)
+
+
+def reads_in_prepare(producer: Producer) -> bool:
+    """A data preparer reads its keys in `prepare`, before the rounds, not when the profile runs it."""
+    return isinstance(producer, DataPreparer)
 
 
 def _in_order(
-    profile_name: str, chosen: list[Producer], by_key: dict[DataKey[Any], Producer], errors: list[str]
+    where: str, chosen: list[Producer], by_key: dict[DataKey[Any], Producer], errors: list[str]
 ) -> list[Producer]:
     """`chosen`, each producer after those it reads (the producers of its `consumes`, then those of
     `chosen` that write what it `runs_after`), otherwise in the order given."""
@@ -90,10 +111,10 @@ def _in_order(
             return
         if any(p is producer for p in placing):
             chain = " -> ".join(p.name for p in [*placing, producer])
-            errors.append(f"schedulingProfiles {profile_name!r}: producers read each other's keys in a cycle: {chain}")
+            errors.append(f"{where}: producers read each other's keys in a cycle: {chain}")
             return
         placing.append(producer)
-        for key in producer.consumes:
+        for key in () if reads_in_prepare(producer) else producer.consumes:
             if key in by_key:
                 place(by_key[key])
         if producer.runs_after:

@@ -10,9 +10,11 @@ Ray EPP runs one config in three kinds of process, each with its own instances o
   plugins that follows the profile actors.
 
 A plugin runs where its roles need it, and where the plugins that look it up through their handle
-run (a scorer's producer runs beside the scorer). The lifecycle hooks (PreRequest, ResponseComplete,
-…) go with the plugin: each process tells the plugins it holds. A plugin whose only roles are
-lifecycle hooks, and that nothing looks up, runs in the gateway replica, which sees every event."""
+run (a scorer's producer runs beside the scorer); a producer whose keys a data preparer reads runs
+in the gateway replica too (the token producer, before the burst producer's window). The lifecycle
+hooks (PreRequest, ResponseComplete, …) go with the plugin: each process tells the plugins it holds.
+A plugin whose only roles are lifecycle hooks, and that nothing looks up, runs in the gateway
+replica, which sees every event."""
 
 from __future__ import annotations
 
@@ -86,7 +88,7 @@ def placement(
 ) -> dict[str, frozenset[Placement]]:
     """Each plugin's places, in config order: its roles' (a profile role only when a profile
     lists it, or runs it: the producers its plugins need), joined with those of every plugin that
-    looked it up while being built (`uses`)."""
+    looked it up while being built (`uses`); the gateway replica for a producer a data preparer reads."""
     in_profiles = {ref.plugin_ref for spec in cfg.scheduling_profiles for ref in spec.plugins}
     in_profiles |= {p.name for profile in profiles.values() for p in profile.plugins()}
     own: dict[str, set[Placement]] = {}
@@ -101,6 +103,12 @@ def placement(
         for name in used:
             if name in used_by:
                 used_by[name].add(user)
+    producer_of = {key: name for name, p in plugins.items() if isinstance(p, Producer) for key in p.produces}
+    for name, plugin in plugins.items():  # what a data preparer reads is produced where it prepares
+        if isinstance(plugin, DataPreparer) and GATEWAY in own[name]:
+            for key in plugin.consumes:
+                if key in producer_of:
+                    own[producer_of[key]].add(GATEWAY)
 
     def reach(name: str, seen: set[str]) -> set[Placement]:
         places = set(own[name])

@@ -26,9 +26,9 @@ from scheduler import (
 from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.config import Placement, build_for
 from scheduler.flowcontrol.controller import build_flow_controller
-from scheduler.interfaces import DataPreparer, bind_plugin_metrics
+from scheduler.interfaces import bind_plugin_metrics
 from scheduler.lifecycle import Lifecycle, LifecycleEvent
-from scheduler.loop import prepare_data
+from scheduler.loop import DataPreparation
 from scheduler.trace import SchedulingTrace
 from serve_app.admin.api import AdminApi
 from serve_app.gateway.decision_record import DecisionRecorder
@@ -111,7 +111,7 @@ class GatewayCore:
         # Responders answer some routes here (models-responder: GET /v1/models), in config order.
         self.responders = self.lifecycle.having(Responder)
         # DataPreparers (burst-prefix-cache-producer) run here, where this replica's requests arrive.
-        self.preparers = self.lifecycle.having(DataPreparer)
+        self.preparation = DataPreparation(self.lifecycle.plugins)
         # False when no plugin wants usage: responses are then not parsed for it.
         self.wants_usage = self.lifecycle.hears(LifecycleEvent.RESPONSE_USAGE)
         self.recorder = MetricsRecorder()
@@ -183,8 +183,8 @@ class GatewayCore:
             trace = SchedulingTrace()
         cycle_state = CycleState()
         try:
-            if self.preparers:  # e.g. a burst window: it batches this replica's arrivals
-                await prepare_data(self.preparers, cycle_state, request, self.view.endpoints)
+            if self.preparation:  # e.g. a burst window: it batches this replica's arrivals
+                await self.preparation.run(cycle_state, request, self.view.endpoints)
             result = await schedule_cycles(
                 self.handler,
                 self.profiles,

@@ -116,5 +116,5 @@ def test_a_producer_that_keeps_failing_logs_once_per_n(caplog):
     logged = [r for r in caplog.records if r.name == "ray_epp.scheduler.profile"]
     assert len(logged) == 2  # the 1st failure and the 101st
     assert logged[0].exc_info and not logged[1].exc_info  # the traceback once
-    assert "'inflight-load-producer' failed on request r0 (1 failures" in logged[0].getMessage()
+    assert "'inflight-load-producer' failed on request r0 (1 failures in profile 'default')" in logged[0].getMessage()
     assert "(101 failures" in logged[1].getMessage()

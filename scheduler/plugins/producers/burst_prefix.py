@@ -14,10 +14,12 @@ affinity, as llm-d's Director does with a failed producer.
 The window is a DataPreparer: it runs where requests arrive (each gateway replica batches its own
 arrivals; `Scheduler.aschedule` in process), and the assignment travels in the cycle state to the
 profile, where this plugin, as a Producer, turns it into the match info its scorer reads. Prompts
-are hashed from the `token-producer`'s token ids in blocks of `blockSizeTokens`, as llm-d does;
-when the tokens can not be had (no token producer, or its server is unreachable), from the prompt
-text with the approximate producer's 4-characters-a-token blocks, which co-locates identical
-prompts just the same."""
+are hashed from the `token-producer`'s token ids (its PROMPT_TOKENS key in the request's derived
+data, which this plugin consumes: the token producer runs just before the window, where the request
+arrives, off the event loop) in blocks of
+`blockSizeTokens`, as llm-d does; when the tokens can not be had (no token producer, or its server
+is unreachable), from the prompt text with the approximate producer's 4-characters-a-token blocks,
+which co-locates identical prompts just the same."""
 
 from __future__ import annotations
 
@@ -31,7 +33,6 @@ from scheduler.body_fields import CACHE_SALT_FIELDS, PROMPT_FIELDS
 from scheduler.cycle_state import CycleState
 from scheduler.data_keys import DataKey
 from scheduler.interfaces import DataPreparer, Parameters, PluginHandle, Producer
-from scheduler.plugins.producers.token_producer import TokenProducer
 from scheduler.plugins.support.burst_assign import UNLIMITED, BurstEntry, assign
 from scheduler.plugins.support.prefix import (
     PREFIX_HOLDERS,
@@ -42,6 +43,7 @@ from scheduler.plugins.support.prefix import (
 )
 from scheduler.plugins.support.prefix.hashing import chain_hashes
 from scheduler.plugins.support.prefix.precise_index import TOKEN_BYTES, token_bytes
+from scheduler.plugins.support.tokenized import PROMPT_TOKENS, TOKEN_PRODUCER, request_tokens
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest
 
@@ -103,12 +105,10 @@ class BurstPrefixCacheProducer(DataPreparer, Producer):
         self.min_colocate_blocks = p.min_colocate_blocks
         self.max_batch_size = p.max_batch_size
         self.by_tokens = p.balance_by == "tokens"
-        # llm-d's producer consumes the token producer's tokens, found by its type name.
-        self.token_source: TokenProducer | None = None
-        if TokenProducer.type_name in handle.plugin_names():
-            self.token_source = handle.plugin_of_type(TokenProducer.type_name, TokenProducer, "the token producer")
+        # llm-d's producer consumes the token producer's tokens, read by its type name.
+        if TOKEN_PRODUCER in handle.plugin_names():
+            self.consumes = (PROMPT_TOKENS,)
         self._window: _Window | None = None
-        self._tokenizing = asyncio.Lock()
         self._key: DataKey[tuple[str | None, int]] = DataKey(f"{self.type_name}/assigned", self.name)
         self.produces = (PREFIX_MATCH_INFO.of(self.name), PREFIX_HOLDERS.of(self.name))
         self.sealed_windows = 0
@@ -116,18 +116,10 @@ class BurstPrefixCacheProducer(DataPreparer, Producer):
 
     # -- hashing -------------------------------------------------------------------------------
 
-    async def block_hashes(self, request: LLMRequest) -> list[int]:
-        """The prompt's chained block hashes: of its token ids when a token producer gives them
-        (its vLLM backend is an HTTP call: off the event loop), else of the text."""
-        tokens = None
-        if self.token_source is not None:
-            source = self.token_source
-            local = source.local is not None
-            if local:
-                tokens = source.tokens(request)
-            else:  # one HTTP connection: one call at a time
-                async with self._tokenizing:
-                    tokens = await asyncio.to_thread(source.tokens, request)
+    def block_hashes(self, request: LLMRequest) -> list[int]:
+        """The prompt's chained block hashes: of its token ids when the token producer made them,
+        else of the text."""
+        tokens = request_tokens(request) if self.consumes else None
         if tokens is None:
             return prefix_block_hashes(request, self.block_size_tokens, self.max_blocks)
         data = token_bytes(tokens[: self.block_size_tokens * self.max_blocks])
@@ -136,7 +128,7 @@ class BurstPrefixCacheProducer(DataPreparer, Producer):
     # -- the window ----------------------------------------------------------------------------
 
     async def prepare(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:
-        entry = BurstEntry(await self.block_hashes(request), endpoints)
+        entry = BurstEntry(self.block_hashes(request), endpoints)
         window = self._window
         if window is None:
             window = self._window = _Window()

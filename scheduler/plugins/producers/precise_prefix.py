@@ -2,7 +2,8 @@
 KV cache, from the endpoints' own KV-cache events (llm-d's precise prefix producer,
 pkg/epp/framework/plugins/requestcontrol/dataproducer/preciseprefixcache, with llm-d-kv-cache's index).
 
-Per request: the prompt's tokens from the `token-producer` → block keys → the precise index's
+Per request: the prompt's tokens from the `token-producer` (its PROMPT_TOKENS key, which this
+producer consumes, so the token producer runs first) → block keys → the precise index's
 longest cached prefix per pod (scheduler.plugins.support.prefix.precise_index) → a
 PrefixCacheMatchInfo per endpoint, read by `prefix-cache-scorer` through
 `prefixMatchInfoProducerName`, as the approximate producer's is.
@@ -34,7 +35,6 @@ from scheduler.plugins.producers.approx_prefix import (
     ApproxPrefixCacheProducer,
     learned_targets,
 )
-from scheduler.plugins.producers.token_producer import TokenProducer
 from scheduler.plugins.support.prefix import PREFIX_MATCH_KEY, PrefixCacheMatchInfo
 from scheduler.plugins.support.prefix.precise_index import LIVE, PreciseIndex
 from scheduler.plugins.support.prefix.speculative_entries import SpeculativeEntries
@@ -44,12 +44,11 @@ from scheduler.plugins.support.prefix.tier_weights import (
     TierWeights,
     tier_of,
 )
-from scheduler.plugins.support.tokenized import TokenSource, request_token_run, request_tokens
+from scheduler.plugins.support.tokenized import PROMPT_TOKENS, TOKEN_PRODUCER, request_token_run, request_tokens
 from scheduler.registry import register
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 
 DEFAULT_EVENT_PORT = 5557  # vLLM's and llm-d's default KV-events port
-TOKEN_PRODUCER = "token-producer"
 DEFAULT_SPECULATIVE_TTL_S = 2.0  # llm-d's defaultSpeculativeTTL
 PENDING_KEYS = 4096  # requests scored and not yet decided whose keys are kept for speculation
 
@@ -229,9 +228,10 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
         self.port = p.kv_events_config.port
         # Per endpoint scored: by the precise index, or by the approximate one (the fallback rule).
         self.scored = {"precise": 0, "approximate": 0}
-        self.token_source: TokenSource | None = None
-        if TOKEN_PRODUCER in handle.plugin_names():  # llm-d's producers find it by its type name
-            self.token_source = handle.plugin_of_type(TOKEN_PRODUCER, TokenProducer, "the token producer")
+        # llm-d's producers read the token producer by its type name; without one, the tokens a
+        # request already carries (the cluster simulation's).
+        if TOKEN_PRODUCER in handle.plugin_names():
+            self.consumes = (PROMPT_TOKENS,)
         # Speculative indexing: the keys of requests scored here, until their decision is learned.
         self._pending_keys: OrderedDict[str, list[int]] = OrderedDict()
         self._speculated_key: DataKey[bool] = DataKey(f"{self.type_name}/speculated", self.name)  # once per request
@@ -269,7 +269,7 @@ class PrecisePrefixCacheProducer(ApproxPrefixCacheProducer, KVEventSink):
                 index.set_capacity(ep.name, ep.metrics.cache_num_blocks)
         if not live:
             return infos
-        tokens = self.token_source.tokens(request) if self.token_source is not None else request_tokens(request)
+        tokens = request_tokens(request)
         if tokens is None:
             return infos
         if index.speculative is None:

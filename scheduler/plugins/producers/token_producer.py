@@ -8,25 +8,32 @@ EPP's): a `tokenizer.json` read with the `tokenizers` library, from `local.token
 load-time error saying so. Chat requests are rendered with the chat template of the
 `tokenizer_config.json` next to the file.
 
-Tokenizations are cached per prefix (scheduler.plugins.support.token_cache): a hot prefix is
-tokenized once, then only each request's rest is. The tokens are kept in the request's derived data, with
-the cache's run they came from (where the precise index keeps a hot prefix's block keys). A failed
-tokenization is logged, counted and answered None: the consumers then score approximately (the
-request is never failed for it, as llm-d's Director logs and continues)."""
+A Producer: it writes the prompt's token ids under PROMPT_TOKENS (scheduler/plugins/support/
+tokenized.py) in the request's derived data, which the precise and burst prefix producers consume,
+so it runs before them: in a profile, before the precise producer; where the request arrives, before
+the burst producer's window (config.data_flow.preparing_producers). Tokenizations are cached per
+prefix (scheduler.plugins.support.token_cache): a hot prefix is tokenized once, then only each
+request's rest is; one tokenization runs at a time (the cache and the HTTP connection are shared, and
+the gateway tokenizes off its event loop). Beside the tokens, the cache's run they came from (where
+the precise index keeps a hot prefix's block keys). A failed tokenization is logged, counted and
+leaves the key absent: the consumers then score approximately (the request is never failed for it,
+as llm-d's Director logs and continues)."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from scheduler.body_fields import PROMPT_FIELDS
+from scheduler.cycle_state import CycleState
 from scheduler.duration import parse_duration
-from scheduler.interfaces import Parameters, Plugin, PluginHandle
+from scheduler.interfaces import Parameters, PluginHandle, Producer
 from scheduler.plugins.support.token_cache import DEFAULT_CAPACITY, DEFAULT_CHUNK_CHARS, PrefixTokenCache, TokenRun
-from scheduler.plugins.support.tokenized import request_tokens, set_request_tokens
+from scheduler.plugins.support.tokenized import PROMPT_TOKENS, request_tokens, set_request_tokens
 from scheduler.plugins.support.tokenizer_backends import (
     LocalTokenizer,
     TokenizerError,
@@ -34,7 +41,7 @@ from scheduler.plugins.support.tokenizer_backends import (
     hub_tokenizer_file,
 )
 from scheduler.registry import register
-from scheduler.types import LLMRequest
+from scheduler.types import Endpoint, LLMRequest
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +83,16 @@ class TokenProducerParameters(Parameters):
 
 
 @register
-class TokenProducer(Plugin):
+class TokenProducer(Producer):
     type_name = "token-producer"
     body_fields = PROMPT_FIELDS
     Parameters = TokenProducerParameters
 
     def setup(self, handle: PluginHandle) -> None:
         p: TokenProducerParameters = self.params
+        self.produces = (PROMPT_TOKENS.of(self.name),)
         self.cache = PrefixTokenCache(p.cache_chunk_chars, p.cache_size)
+        self._lock = threading.Lock()
         self.failures = 0
         self.local: LocalTokenizer | None = None
         self.http: VLLMHttpTokenizer | None = None
@@ -110,13 +119,18 @@ class TokenProducer(Plugin):
             )
         return found
 
+    def produce(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:
+        self.tokens(request)  # kept in the request's derived data, where its consumers read them
+
     def tokens(self, request: LLMRequest) -> list[int] | None:
         """The request's prompt tokens (kept in its derived data), or None if they can not be had."""
-        tokens = request_tokens(request)
+        key = self.produces[0]
+        tokens = request_tokens(request, key)
         if tokens is not None:
             return tokens
         try:
-            run = self._tokenize(request.body)
+            with self._lock:
+                run = self._tokenize(request.body)
         except (TokenizerError, ValueError, TypeError) as e:
             self.failures += 1
             log.warning("token-producer %s: %s", self.name, e)
@@ -124,7 +138,7 @@ class TokenProducer(Plugin):
         if run is None:
             return None
         tokens, kept = (run, None) if isinstance(run, list) else (run.ids, run)
-        set_request_tokens(request, tokens, kept)
+        set_request_tokens(request, tokens, kept, key)
         return tokens
 
     def _tokenize(self, body: dict[str, Any]) -> TokenRun | list[int] | None:

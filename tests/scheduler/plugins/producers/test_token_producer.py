@@ -5,6 +5,7 @@ what can not run (a model that would need a download) is a load-time error."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -13,12 +14,13 @@ from tokenizers import Tokenizer
 from bench.tokenizer_fixture import CORPUS, TokenizeServer, make_tokenizer
 from ray_epp.kvevents import BlockStored, KVEventBatch
 from scheduler import Scheduler
-from scheduler.config import load_config, load_config_file
+from scheduler.config import Placement, build_plugins, load_config, load_config_file
 from scheduler.errors import ConfigError
 from scheduler.plugins.producers.precise_prefix import PrecisePrefixCacheProducer
 from scheduler.plugins.producers.token_producer import TokenProducer
 from scheduler.plugins.support.prefix.precise_index import LIVE
 from scheduler.plugins.support.token_cache import PrefixTokenCache
+from scheduler.plugins.support.tokenized import request_tokens
 from tests.scheduler.helpers import endpoint, request
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "llm-d"
@@ -144,3 +146,33 @@ def test_llm_d_tokenizer_samples_route_to_the_pod_holding_the_blocks(name, token
         for i in range(3):
             res = sched.schedule(request(prompt=prompt, request_id=f"s{i}"), eps)
             assert res.profile_results[res.primary_profile_name].target_endpoints[0].name == "decode-b"
+
+
+def test_the_prefix_producers_read_the_tokens_through_its_key(tokenizer_json):
+    """The precise producer consumes the token producer's key: the profile runs the token producer
+    first. The burst producer reads it in its window, before the rounds: the token producer runs
+    there (where the request arrives, off the event loop), not in the profile."""
+    local = f'{{local: {{tokenizerPath: "{tokenizer_json}"}}}}'
+    precise = Scheduler.from_config(load_config(f"""
+plugins:
+- {{type: precise-prefix-cache-producer}}
+- {{type: token-producer, parameters: {local}}}
+- {{type: prefix-cache-scorer, parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}}}
+"""))  # fmt: skip
+    producers = precise.profiles["default"].producers
+    assert [p.name for p in producers] == ["token-producer", "precise-prefix-cache-producer"]
+    burst_yaml = f"""
+plugins:
+- {{type: burst-prefix-cache-producer, parameters: {{windowDurationMs: 1}}}}
+- {{type: token-producer, parameters: {local}}}
+- {{type: prefix-cache-scorer, parameters: {{prefixMatchInfoProducerName: burst-prefix-cache-producer}}}}
+schedulingProfiles: [{{name: default, plugins: [{{pluginRef: prefix-cache-scorer}}]}}]
+"""
+    burst = Scheduler.from_config(load_config(burst_yaml))
+    assert [p.name for p in burst.profiles["default"].producers] == ["burst-prefix-cache-producer"]
+    assert [p.name for p in burst.preparation.producers] == ["token-producer"]
+    assert build_plugins(load_config(burst_yaml)).placement["token-producer"] == {Placement.GATEWAY}
+    req = request(prompt=SHARED, request_id="b1")
+    asyncio.run(burst.aschedule(req, [endpoint("a"), endpoint("b")]))
+    assert request_tokens(req) == Tokenizer.from_file(str(tokenizer_json)).encode(SHARED).ids
+    assert burst.plugins["token-producer"].info()["misses"] >= 1  # tokenized once, at the preparation
