@@ -141,13 +141,11 @@ class Producer(Plugin):
     DataProducer): the profile runs its producers, in the order their keys need, after its screeners
     and before its filters, and each writes the keys it declares in `produces` (`cycle_state.put`),
     usually its own name's (`KEY.of(self.name)`). Filters and scorers read the keys and never call
-    a producer; a producer may read another's (then it runs after it). `made_when_needed`: a config
-    consuming its key without declaring its type's name gets one with its defaults (llm-d's way)."""
+    a producer. A producer may consume another's keys (it then runs after it)."""
 
     produces: tuple[DataKey[Any], ...] = ()
     # Data names (DataKey.name) read if the profile runs their producer, then run before this; none required.
     runs_after: tuple[str, ...] = ()
-    made_when_needed: ClassVar[bool] = False
 
     @abstractmethod
     def produce(self, cycle_state: CycleState, request: LLMRequest, endpoints: list[Endpoint]) -> None:

@@ -130,7 +130,7 @@ def build_plugins(
             errors.append(f"plugin {name!r} (type {spec.type}): {msg}")
     if errors:
         raise ConfigError(errors)
-    while made := made_producers(built.values(), built):  # llm-d's default producers (Producer.made_when_needed)
+    while made := made_producers(built.values(), built):  # llm-d's default producers (made_when_needed)
         for name in made:
             resolve(name)
     readable = readable_body_fields(built, uses)

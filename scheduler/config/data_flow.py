@@ -9,8 +9,8 @@ rounds, where the request arrives: their producers run there (`preparing_produce
 profile.
 A consumed key that no plugin of the config produces is a config error naming the profile, the
 plugin and the key: caught when the config loads, not as a scorer that silently scores zero, unless
-the key's producer is a type made when needed (`Producer.made_when_needed`: the config then gets
-one with its defaults, `made_producers`)."""
+the key's producer is a type made when needed (`made_when_needed` on its class: the config then
+gets one with its defaults, `made_producers`)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ from scheduler.registry import plugin_class
 
 def made_producer_class(name: str) -> type[Producer] | None:
     """The producer type a plugin called `name` that the config does not declare is made of (with
-    its defaults): a registered Producer type of that name that is made when needed; else None."""
+    its defaults): a registered Producer type of that name whose class sets `made_when_needed =
+    True` (llm-d creates such a producer when a consumer needs it); else None."""
     cls = plugin_class(name)
-    if cls is None or not issubclass(cls, Producer) or not cls.made_when_needed:
+    if cls is None or not issubclass(cls, Producer) or getattr(cls, "made_when_needed", False) is not True:
         return None
     return cls
 

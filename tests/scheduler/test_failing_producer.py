@@ -6,6 +6,7 @@ that keeps failing logs its first failure with the traceback, then one line per 
 from __future__ import annotations
 
 import logging
+from typing import ClassVar
 
 import pytest
 
@@ -34,7 +35,7 @@ class _Raises:
 @register
 class RaisingInFlightLoadProducer(_Raises, InFlightLoadProducer):
     type_name = "test-raising-inflight-load-producer"
-    made_when_needed = False
+    made_when_needed: ClassVar[bool] = False
 
 
 @register

@@ -12,6 +12,8 @@ producer with its defaults when a consumer needs it and none is configured; so d
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from scheduler.cycle_state import CycleState
@@ -37,7 +39,7 @@ class InFlightLoadProducerParameters(Parameters):
 class InFlightLoadProducer(InFlightLoadHooks, Producer):
     type_name = "inflight-load-producer"
     Parameters = InFlightLoadProducerParameters
-    made_when_needed = True
+    made_when_needed: ClassVar[bool] = True  # config.data_flow.made_producer_class
 
     def setup(self, handle: PluginHandle) -> None:
         p = self.params
