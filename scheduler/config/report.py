@@ -74,9 +74,17 @@ def config_report(source: str | dict) -> ConfigReport:
     except ConfigError as err:
         report.errors = list(err.errors)
         return report
-    for name, places in build_plugins(report.config).placement.items():  # where each one runs
+    built = build_plugins(report.config)
+    for name, places in built.placement.items():  # where each one runs
+        where = ", ".join(p.value for p in Placement if p in places) or "nowhere (nothing uses it)"
         if name in runs:
             line = report.lines[runs[name]]
-            where = ", ".join(p.value for p in Placement if p in places) or "nowhere (nothing uses it)"
             report.lines[runs[name]] = ReportLine(line.where, line.status, f"{line.why}; runs in: {where}")
+        else:  # a producer the config did not declare, made with its defaults for its consumers
+            plugin = built.plugins[name]
+            roles = ", ".join(roles_of(type(plugin)))
+            report.lines.append(ReportLine(
+                f"plugin {name!r} (type {plugin.type_name})", "runs",
+                f"{roles}; not declared: made with its defaults for the plugins that read it; runs in: {where}",
+            ))  # fmt: skip
     return report

@@ -10,6 +10,7 @@ import pytest
 from scheduler import Scheduler
 from scheduler.admission import admission_detectors, pool_saturated
 from scheduler.config import load_config
+from scheduler.config.report import config_report
 from scheduler.errors import ConfigError
 from scheduler.plugins.detectors.concurrency_detector import ConcurrencyDetector
 from scheduler.plugins.support.inflight_load_count import INFLIGHT_LOAD, InFlightLoad, InFlightSnapshot, LoadEstimate
@@ -213,3 +214,9 @@ def test_a_detector_outside_a_config_sees_no_load():
 def test_a_plugin_called_inflight_load_producer_must_be_one(consumer, expect):
     with pytest.raises(ConfigError, match=expect):
         load_config({"plugins": [{"type": "queue-scorer", "name": "inflight-load-producer"}, {"type": consumer}]})
+
+
+def test_validate_shows_the_producer_made_for_its_consumers():
+    report = config_report({"plugins": [{"type": "token-load-scorer"}]})
+    line = next(ln for ln in report.lines if "'inflight-load-producer'" in ln.where)
+    assert line.status == "runs" and "made with its defaults" in line.why and "profile actor" in line.why
