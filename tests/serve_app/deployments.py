@@ -16,10 +16,11 @@ from tests.conftest import GATEWAY_TEST_PORT
 
 
 def pod_specs(sim) -> list:
-    """The pods file entries of a simulator cluster's pods."""
+    """The pods file entries of a simulator cluster's pods, with the KV-event addresses of those
+    that publish them (as `epp sim` lists them)."""
     from actors.launcher import PodSpec
 
-    return [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
+    return [PodSpec(**p._pod.info()) for p in sim.pods]
 
 
 def start_deployment(sim, config: str = "default", **spec: Any):

@@ -13,7 +13,6 @@ import re
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,10 +21,14 @@ import pytest
 import yaml
 
 from tests.conftest import GATEWAY_TEST_PORT
-from tests.serve_app.deployments import sim_pods, wait_until
-from tests.serve_app.test_metrics_e2e import CONFIG  # flow control, prefix indexes, KV events
+from tests.serve_app import test_metrics_e2e
+from tests.serve_app.deployments import wait_until
 
 pytestmark = pytest.mark.ray
+
+# test_metrics_e2e.py's deployment (flow control, prefix indexes, KV events, two profile shards),
+# started once for both modules.
+E2E_SETUP = test_metrics_e2e.E2E_SETUP
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "ray-epp.json"
@@ -94,24 +97,6 @@ def test_the_alerts_fire_on_the_series_they_are_for():
 
 
 # ---- against a real Prometheus --------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sim():
-    yield from sim_pods(3, seed=11, max_num_seqs=8, kv_events=True)
-
-
-@pytest.fixture(scope="module")
-def gateway(ray_session, sim):
-    from actors.launcher import PodSpec
-    from serve_app.cli.launch import EppDeployment, LaunchSpec
-
-    pods = [PodSpec(**p._pod.info()) for p in sim.pods]  # with each pod's KV-event addresses
-    config = Path(tempfile.mkdtemp(prefix="epp-dashboard-test-")) / "config.yaml"
-    config.write_text(CONFIG)
-    dep = EppDeployment.start(LaunchSpec(config_path=str(config), pods=pods, port=GATEWAY_TEST_PORT, profile_shards=2))
-    yield dep
-    dep.stop()
 
 
 def _free_port() -> int:

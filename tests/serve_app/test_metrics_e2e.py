@@ -16,8 +16,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import GATEWAY_TEST_PORT
-from tests.serve_app.deployments import sim_pods, wait_until
+from tests.serve_app.deployments import E2ESetup, pod_specs, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -181,33 +180,15 @@ REFERENCE: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
 }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def sim():
-    yield from sim_pods(3, seed=3, max_num_seqs=8, kv_events=True)
+# CONFIG with its profile in two shards, on three pods that publish KV events;
+# test_dashboard_prometheus.py runs its Prometheus against the same deployment.
+E2E_SETUP = E2ESetup(pods=3, seed=3, pod_overrides={"max_num_seqs": 8, "kv_events": True}, config=CONFIG,
+                     spec={"profile_shards": 2})  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def gateway(ray_session, sim):
-    from actors.launcher import PodSpec
-    from serve_app.cli.launch import EppDeployment, LaunchSpec
-
-    # each pod's KV-event addresses, as `epp sim` lists them in the pods file
-    pods = [PodSpec(**p._pod.info()) for p in sim.pods]
-    assert all(p.labels.get("kv-events.ray-epp.io/endpoint") for p in pods)
-    dep = EppDeployment.start(
-        LaunchSpec(config_path=_config_file(), pods=pods, port=GATEWAY_TEST_PORT, profile_shards=2)
-    )
-    yield dep
-    dep.stop()
-
-
-def _config_file() -> str:
-    import tempfile
-    from pathlib import Path
-
-    path = Path(tempfile.mkdtemp(prefix="epp-metrics-test-")) / "config.yaml"
-    path.write_text(CONFIG)
-    return str(path)
+def test_the_pods_file_lists_each_pods_kv_event_addresses(sim):
+    """As `epp sim` lists them: the deployment's KV-event subscriber reads them from there."""
+    assert all(p.labels.get("kv-events.ray-epp.io/endpoint") for p in pod_specs(sim))
 
 
 def page(client: httpx.Client) -> dict[str, object]:
