@@ -177,3 +177,22 @@ TWO_REPLICAS = E2ESetup(
         },
     },
 )
+
+
+# The default config on three pods of 4 sequences each, both doors, two objectives, a body limit:
+# test_gateway_e2e.py and extproc/test_extproc_e2e.py (their tests that stop every pod run last).
+BOTH_DOORS = E2ESetup(
+    pods=3,
+    seed=7,
+    pod_overrides={"max_num_seqs": 4},
+    spec={
+        "ext_proc_port": GATEWAY_TEST_PORT + 3,
+        "settings": {
+            "max_body_bytes": 200_000,
+            "objectives": {"batch": -1, "chat": 1},
+            "debug_token": "operator-secret",
+            "pick_api": True,
+            "profile_call_timeout_s": 5.0,
+        },
+    },
+)

@@ -1,5 +1,6 @@
 """The product as users meet it: a real Ray Serve gateway, real actors, simulated vLLM pods on
-127.0.0.1. One deployment for the module; the test that kills every pod runs last."""
+127.0.0.1. The deployment of extproc/test_extproc_e2e.py too (BOTH_DOORS); the test that kills
+every pod runs after both modules' others."""
 
 from __future__ import annotations
 
@@ -9,43 +10,14 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import GATEWAY_TEST_PORT
-from tests.serve_app.deployments import sim_pods, wait_until
+from tests.serve_app.deployments import BOTH_DOORS, wait_until
 
 pytestmark = pytest.mark.ray
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-DEBUG_TOKEN = "operator-secret"
-DEBUG = {"x-epp-debug": DEBUG_TOKEN}
-PROFILE_CALL_TIMEOUT_S = 5.0
-
-
-@pytest.fixture(scope="module")
-def sim():
-    yield from sim_pods(3, seed=7, max_num_seqs=4)
-
-
-@pytest.fixture(scope="module")
-def gateway(ray_session, sim):
-    from actors.launcher import PodSpec
-    from serve_app.cli.launch import EppDeployment, LaunchSpec
-
-    pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
-    spec = LaunchSpec(
-        config_path="default",
-        pods=pods,
-        settings={
-            "max_body_bytes": 1_000_000,
-            "objectives": {"batch": -1, "chat": 1},
-            "debug_token": DEBUG_TOKEN,
-            "pick_api": True,
-            "profile_call_timeout_s": PROFILE_CALL_TIMEOUT_S,
-        },
-        port=GATEWAY_TEST_PORT,
-    )
-    dep = EppDeployment.start(spec)
-    yield dep
-    dep.stop()
+E2E_SETUP = BOTH_DOORS
+DEBUG = {"x-epp-debug": BOTH_DOORS.spec["settings"]["debug_token"]}
+PROFILE_CALL_TIMEOUT_S = BOTH_DOORS.spec["settings"]["profile_call_timeout_s"]
 
 
 def destination(resp: httpx.Response, sim) -> str:
@@ -306,6 +278,7 @@ def test_stale_metrics_take_a_pod_out_and_back(client, sim):
     wait_until(lambda: client.get("/ready").json()["ready_endpoints"] == 3, timeout_s=15)
 
 
+@pytest.mark.spends_e2e_setup
 def test_zz_no_ready_pod_is_503(client, sim):
     """Runs last: stops every pod."""
     for p in sim.pods:

@@ -3,7 +3,8 @@ doors, HTTP and ext_proc, in front of simulated vLLM pods on 127.0.0.1. The test
 ext_proc service as Envoy's ext_proc filter does, message by message (tests/serve_app/extproc/
 envoy.py), send the request to the endpoint it returned and feed the response back; decisions are
 compared with the HTTP door's on the same deployment (shared profile actors, one request path).
-One deployment for the module; the test that stops every pod runs last."""
+The deployment of test_gateway_e2e.py too (BOTH_DOORS); the test that stops every pod runs after
+both modules' others."""
 
 from __future__ import annotations
 
@@ -17,31 +18,14 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.conftest import GATEWAY_TEST_PORT
-from tests.serve_app.deployments import in_flight, sim_pods, start_deployment, wait_until
+from tests.serve_app.deployments import BOTH_DOORS, in_flight, wait_until
 from tests.serve_app.extproc.envoy import Stream, decide, headers_message, respond, stub_for, through_envoy
 
 pytestmark = pytest.mark.ray
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-EXT_PROC_PORT = GATEWAY_TEST_PORT + 3
+E2E_SETUP = BOTH_DOORS
 COMPLETIONS = "/v1/completions"
-
-
-@pytest.fixture(scope="module")
-def sim():
-    yield from sim_pods(3, seed=11, max_num_seqs=4)
-
-
-@pytest.fixture(scope="module")
-def gateway(ray_session, sim):
-    dep = start_deployment(
-        sim,
-        settings={"objectives": {"batch": -1, "chat": 1}, "max_body_bytes": 200_000},
-        ext_proc_port=EXT_PROC_PORT,
-    )
-    yield dep
-    dep.stop()
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +248,7 @@ def test_sheddable_is_shed_with_429_at_both_doors_and_critical_is_picked(client,
             t.join()
 
 
+@pytest.mark.spends_e2e_setup
 def test_zz_no_ready_pod_is_503_at_both_doors(client, stub, channel, sim):
     """Runs last: stops every pod."""
     for p in sim.pods:
