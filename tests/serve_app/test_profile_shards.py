@@ -1,7 +1,8 @@
-"""Profile shards (`profile_shards`) through a real gateway: two shards of the default profile,
-simulated vLLM pods on 127.0.0.1. A prefix always reaches the same shard and sticks to one pod,
-different prefixes spread over the shards, the events reach the deciding shard, and a killed shard
-comes back while the other keeps serving."""
+"""Profile shards (`profile_shards`) through a real gateway: two shards of a profile with a prefix
+index, simulated vLLM pods on 127.0.0.1 (test_metrics_e2e.py's deployment, started once for
+both). A prefix always reaches the same shard and sticks to one pod, different prefixes spread
+over the shards, the events reach the deciding shard, and a killed shard comes back while the
+other keeps serving (after the other modules of that deployment)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import pytest
 
 from scheduler import LLMRequest
 from serve_app.gateway.shard_key import PROFILE_SHARD, ShardKey
-from tests.conftest import GATEWAY_TEST_PORT
-from tests.serve_app.deployments import sim_pods, wait_until
+from tests.serve_app import test_metrics_e2e
+from tests.serve_app.deployments import wait_until
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-SHARDS = 2
+E2E_SETUP = test_metrics_e2e.E2E_SETUP
+SHARDS = E2E_SETUP.spec["profile_shards"]
 
 
 def prompt(prefix: int, question: int) -> str:
@@ -71,23 +73,6 @@ def test_profiles_must_have_the_same_number_of_shards():
 
 
 # ---- through the gateway ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sim():
-    yield from sim_pods(3, seed=11, max_num_seqs=4)
-
-
-@pytest.fixture(scope="module")
-def gateway(ray_session, sim):
-    from actors.launcher import PodSpec
-    from serve_app.cli.launch import EppDeployment, LaunchSpec
-
-    pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
-    spec = LaunchSpec(config_path="default", pods=pods, port=GATEWAY_TEST_PORT, profile_shards=SHARDS)
-    dep = EppDeployment.start(spec)
-    yield dep
-    dep.stop()
 
 
 def shard_infos(gateway) -> list[dict]:
@@ -152,6 +137,7 @@ def test_different_prefixes_spread_and_events_reach_the_deciding_shard(client, g
 
 
 @pytest.mark.ray
+@pytest.mark.spends_e2e_setup  # the deployment's other modules see no restarted shard
 def test_a_killed_shard_restarts_and_the_other_keeps_serving(client, gateway, sim):
     import httpx
     import ray
