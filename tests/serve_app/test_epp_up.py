@@ -1,6 +1,7 @@
 """`epp up` as a user runs it: it serves, Ctrl-C stops it, and no Ray process outlives it; started
 again at once it comes up on the same port; a held port, a bad config or pods file stops it with
-one clear message; it listens on 127.0.0.1 only."""
+one clear message; it listens on 127.0.0.1 only; an operator's `ray` and `serve` tools and a
+driver attach to it through `epp env`."""
 
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+import yaml
 
 from tests.conftest import GATEWAY_TEST_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
-EPP = str(Path(sys.executable).parent / "epp")
-# Where a test is not about Ray's dashboard (test_epp_up_operator.py is), `epp up` runs without it:
+BIN = Path(sys.executable).parent
+EPP = str(BIN / "epp")
+# Where a test is not about Ray's dashboard (the first run's are), `epp up` runs without it:
 # its start costs seconds here, and tens of seconds on a loaded machine.
 NO_DASHBOARD = ("--no-dashboard",)
 
@@ -132,28 +135,103 @@ def assert_loopback_only(proc: subprocess.Popen, port: int) -> None:
     assert len(beyond) <= 1, beyond  # one replica: Serve's inter-deployment gRPC server
 
 
-def test_up_serves_on_loopback_stops_on_ctrl_c_and_comes_back_on_the_same_port():
-    """Two runs, the second started at once after the first's Ctrl-C: each serves on the port
-    asked for, on 127.0.0.1 only, and leaves no Ray process behind; the second comes up on that
-    port although the first's connections still sit in TIME_WAIT on it (which moved the gateway to
-    the next port before). One `epp up` start costs ~20 s here, so both runs share one test."""
-    port = GATEWAY_TEST_PORT + 250
-    for run in range(2):
-        # the first run as a user starts it (Ray's dashboard too: it must listen on 127.0.0.1 alone)
-        proc, url = start_up(port, *NO_DASHBOARD * run)
-        try:
-            assert url == f"http://127.0.0.1:{port}"
-            descendants = ray_processes_of(proc)
-            complete(url)
-            if run == 0:
-                assert_loopback_only(proc, port)
-                for _ in range(3):
-                    complete(url, http10=True)
-            assert_ctrl_c_stops_everything(proc, descendants)
-        finally:
-            stop_up(proc)
-        if run == 0:
-            assert server_time_wait(port) > 0
+PORT = GATEWAY_TEST_PORT + 250
+
+
+@pytest.fixture(scope="module")
+def first_run():
+    """`epp up` as a user starts it (Ray's dashboard too: it must listen on 127.0.0.1 alone): its
+    process, URL and Ray processes. The loopback, an operator's tools and Ctrl-C are checked on this
+    one run, in that order (one `epp up` start costs ~20 s here)."""
+    proc, url = start_up(PORT)
+    try:
+        yield proc, url, ray_processes_of(proc)
+    finally:
+        stop_up(proc)
+
+
+def test_up_serves_on_loopback(first_run):
+    proc, url, _ = first_run
+    assert url == f"http://127.0.0.1:{PORT}"
+    complete(url)
+    assert_loopback_only(proc, PORT)
+
+
+def operator_env(line: str) -> dict[str, str]:
+    """The environment a shell has after `eval "$(epp env)"`: ours, with the line's exports."""
+    assert line.startswith("export ")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    for item in line.removeprefix("export ").split():
+        key, _, value = item.partition("=")
+        env[key] = value
+    return env
+
+
+def run_as_operator(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd="/", env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_ray_tools_and_a_driver_attach_to_epp_up(first_run):
+    """An operator's way into the Ray cluster `epp up` started, as docs/INSTALL.md ("Operators")
+    says: `eval "$(epp env)"`, then `ray status`, `ray list actors`, `serve status` and a Python
+    driver reach it and see its actors (the line goes away when it stops: the Ctrl-C test)."""
+    printed = run_as_operator([EPP, "env", "--port", str(PORT)], dict(os.environ))
+    assert printed.returncode == 0, printed.stderr
+    env = operator_env(printed.stdout.strip())
+    assert env["RAY_DASHBOARD_ADDRESS"].startswith("http://127.0.0.1:")
+
+    status = run_as_operator([str(BIN / "ray"), "status"], env)
+    assert status.returncode == 0, status.stderr[-2000:]
+    assert "Node status" in status.stdout
+
+    actors = run_as_operator([str(BIN / "ray"), "list", "actors", "--format", "yaml", "--limit", "1000"], env)
+    assert actors.returncode == 0, actors.stderr[-2000:]
+    names = {a.get("name") for a in yaml.safe_load(actors.stdout)}
+    assert {"epp-datastore", "epp-datastore:profile:default", "SERVE_CONTROLLER_ACTOR"} <= names
+
+    serve = run_as_operator([str(BIN / "serve"), "status"], env)
+    assert serve.returncode == 0, serve.stderr[-2000:]
+    apps = yaml.safe_load(serve.stdout)["applications"]
+    assert apps["epp"]["status"] == "RUNNING"
+
+    driver = run_as_operator(
+        [sys.executable, "-c",
+         "import ray; ray.init(log_to_driver=False)\n"
+         "print(sorted(a['name'] for a in ray.util.list_named_actors(all_namespaces=True)))"],
+        env,
+    )  # fmt: skip
+    assert driver.returncode == 0, driver.stderr[-2000:]
+    assert "epp-datastore" in driver.stdout
+
+
+def test_ctrl_c_stops_everything_and_up_comes_back_on_the_same_port(first_run):
+    """The first run's Ctrl-C leaves no Ray process behind and `epp env` finds no run; a second run
+    started at once (without the dashboard) serves on the same port although the first's
+    connections still sit in TIME_WAIT on it (which moved the gateway to the next port before), and
+    its Ctrl-C leaves nothing behind either."""
+    proc, url, descendants = first_run
+    for _ in range(3):
+        complete(url, http10=True)
+    assert_ctrl_c_stops_everything(proc, descendants)
+    gone = run_as_operator([EPP, "env", "--port", str(PORT)], dict(os.environ))
+    assert gone.returncode == 1
+    assert f"no `epp up` on port {PORT}" in gone.stderr
+    assert server_time_wait(PORT) > 0
+
+    again, url = start_up(PORT, *NO_DASHBOARD)
+    try:
+        assert url == f"http://127.0.0.1:{PORT}"
+        descendants = ray_processes_of(again)
+        complete(url)
+        assert_ctrl_c_stops_everything(again, descendants)
+    finally:
+        stop_up(again)
+
+
+def test_env_without_a_running_up_says_so():
+    out = subprocess.run([EPP, "env", "--port", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "no `epp up` on port 1 is running" in out.stderr
 
 
 def test_up_on_a_held_port_names_the_process_that_holds_it():
