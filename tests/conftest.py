@@ -61,8 +61,9 @@ def pytest_collection_modifyitems(session, config, items):
     `ray.cluster_utils.Cluster` of their own, so no test that uses `ray_session` may follow them.
     Modules that declare equal `E2E_SETUP`s (tests/serve_app/deployments.py) run one after the
     other, where the first of them would, so that they share one deployment; a test that spends it
-    (it stops pods or a replica: marked `spends_e2e_setup`, or every test of a module that declares
-    `E2E_SETUP_SPENT`) runs after the group's other tests, even those of later modules."""
+    (it stops pods or a replica: marked `spends_e2e_setup(n)`, or every test of a module that
+    declares `E2E_SETUP_SPENT`, n = 1) runs after the group's other tests, even those of later
+    modules, and after those that spend less (a lower n)."""
     setups: list = []  # the first item's position of each distinct setup
     group: dict[int, int] = {}
     for i, item in enumerate(items):
@@ -73,8 +74,9 @@ def pytest_collection_modifyitems(session, config, items):
                 setups.append((setup, i))
             group[i] = i if first is None else first
     def key(i: int, item) -> tuple:
-        spent = getattr(getattr(item, "module", None), "E2E_SETUP_SPENT", False)
-        spent = spent or item.get_closest_marker("spends_e2e_setup") is not None
+        spends = item.get_closest_marker("spends_e2e_setup")
+        module = getattr(item, "module", None)
+        spent = (spends.args or (1,))[0] if spends else int(getattr(module, "E2E_SETUP_SPENT", False))
         return str(item.path).startswith(MULTINODE_DIR), group.get(i, i), spent, i
 
     order = {id(item): key(i, item) for i, item in enumerate(items)}

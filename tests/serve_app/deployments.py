@@ -179,8 +179,9 @@ TWO_REPLICAS = E2ESetup(
 )
 
 
-# The default config on three pods of 4 sequences each, both doors, two objectives, a body limit:
-# test_gateway_e2e.py and extproc/test_extproc_e2e.py (their tests that stop every pod run last).
+# The default config on three pods of 4 sequences each, both doors, two objectives, a body limit,
+# the admin routes: test_gateway_e2e.py, extproc/test_extproc_e2e.py and test_api_routes.py (its
+# test that removes a pod runs after the others' tests, theirs that stop every pod last).
 BOTH_DOORS = E2ESetup(
     pods=3,
     seed=7,
@@ -191,6 +192,7 @@ BOTH_DOORS = E2ESetup(
             "max_body_bytes": 200_000,
             "objectives": {"batch": -1, "chat": 1},
             "debug_token": "operator-secret",
+            "admin_token": "admin-secret-for-api-routes-0123",
             "pick_api": True,
             "profile_call_timeout_s": 5.0,
         },

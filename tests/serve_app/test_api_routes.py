@@ -1,7 +1,8 @@
 """The vLLM APIs beyond completions and chat, through a real deployment (real Ray, Serve gateway,
 simulated vLLM pods on 127.0.0.1) with the official SDKs: the Responses API's conversations stay
-on the pod that stores them, streamed and not; its errors. One deployment for the module; the
-test that removes a pod runs last."""
+on the pod that stores them, streamed and not; its errors. On test_gateway_e2e.py's deployment
+(BOTH_DOORS); the test that removes a pod runs after the other modules' tests on it, before
+those that stop every pod."""
 
 from __future__ import annotations
 
@@ -12,27 +13,14 @@ import httpx
 import openai
 import pytest
 
-from tests.serve_app.deployments import sim_pods, start_deployment, wait_until
+from tests.serve_app.deployments import BOTH_DOORS, wait_until
 
 pytestmark = pytest.mark.ray
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-TOKEN = "admin-secret-for-api-routes-0123"
-DEBUG_TOKEN = "operator-secret"
-DEBUG = {"x-epp-debug": DEBUG_TOKEN}
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@pytest.fixture(scope="module")
-def sim():
-    yield from sim_pods(3, seed=11, max_num_seqs=8)
-
-
-@pytest.fixture(scope="module")
-def gateway(ray_session, sim):
-    dep = start_deployment(sim, settings={"admin_token": TOKEN, "debug_token": DEBUG_TOKEN})
-    yield dep
-    dep.stop()
+E2E_SETUP = BOTH_DOORS
+DEBUG = {"x-epp-debug": BOTH_DOORS.spec["settings"]["debug_token"]}
+AUTH = {"Authorization": f"Bearer {BOTH_DOORS.spec['settings']['admin_token']}"}
 
 
 @pytest.fixture(scope="module")
@@ -353,9 +341,11 @@ def test_completions_logprobs_best_of_and_streamed_usage_pass_and_are_counted(oa
     counts_tokens(client, streamed)
 
 
+@pytest.mark.spends_e2e_setup
 def test_removing_the_pinned_pod_is_a_503_while_it_drains_then_a_410(oai, client):
-    """Runs last: it takes a pod out of the pool. A stream still running on the pod keeps it
-    draining (in the pool, taking no new request); once it has left, its responses are gone."""
+    """Runs after the deployment's other tests: it takes a pod out of the pool. A stream still
+    running on the pod keeps it draining (in the pool, taking no new request); once it has left,
+    its responses are gone."""
     made = oai.responses.create(model=MODEL, input="before the pod leaves", max_output_tokens=2)
     pod = pod_of(made.id)
     follow_up = {"model": MODEL, "input": "x", "previous_response_id": made.id}

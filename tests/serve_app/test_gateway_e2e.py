@@ -278,7 +278,7 @@ def test_stale_metrics_take_a_pod_out_and_back(client, sim):
     wait_until(lambda: client.get("/ready").json()["ready_endpoints"] == 3, timeout_s=15)
 
 
-@pytest.mark.spends_e2e_setup
+@pytest.mark.spends_e2e_setup(2)  # every pod: after the tests that spend less
 def test_zz_no_ready_pod_is_503(client, sim):
     """Runs last: stops every pod."""
     for p in sim.pods:

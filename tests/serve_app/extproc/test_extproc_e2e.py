@@ -248,7 +248,7 @@ def test_sheddable_is_shed_with_429_at_both_doors_and_critical_is_picked(client,
             t.join()
 
 
-@pytest.mark.spends_e2e_setup
+@pytest.mark.spends_e2e_setup(2)  # every pod: after the tests that spend less
 def test_zz_no_ready_pod_is_503_at_both_doors(client, stub, channel, sim):
     """Runs last: stops every pod."""
     for p in sim.pods:
