@@ -52,6 +52,7 @@ def pods_file(tmp_path_factory, sim):
     return path
 
 
+# Its own deployment: its pods come from a watched pods file the tests rewrite.
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim, pods_file):
     from serve_app.cli.launch import EppDeployment, LaunchSpec

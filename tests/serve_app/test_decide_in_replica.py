@@ -26,6 +26,7 @@ def sim():
     yield from sim_pods(3, seed=23)
 
 
+# Its own deployment: deciding in the replica is another request path than every shared setup's.
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim):
     dep = start_deployment(sim, settings={"decide_in_replica": True})

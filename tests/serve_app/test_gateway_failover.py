@@ -22,6 +22,7 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 WORKERS = 4
 
 
+# Its own deployment: the module kills a replica and then stops the gateway.
 @pytest.fixture(scope="module")
 def gateway(ray_session):
     from actors.launcher import PodSpec

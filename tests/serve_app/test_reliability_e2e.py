@@ -111,6 +111,7 @@ def fake(sim):
     pod.stop()
 
 
+# Its own deployment: a misbehaving fake pod among its pods; an API key and short timeouts.
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim, fake):
     from actors.launcher import PodSpec

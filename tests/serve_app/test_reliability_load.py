@@ -39,6 +39,7 @@ def sim():
         yield cluster
 
 
+# Its own deployment: pods of MAX_NUM_SEQS sequences and MAX_MODEL_LEN tokens, the limits the fuzz hits.
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim):
     from actors.launcher import PodSpec

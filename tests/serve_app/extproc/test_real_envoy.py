@@ -37,6 +37,7 @@ def sim():
     yield from sim_pods(3, seed=29, max_num_seqs=8)
 
 
+# Its own deployment: Envoy in front of two replicas, tracing on; the last test kills a replica.
 @pytest.fixture(scope="module")
 def gateway(ray_session, sim):
     settings = {"tracing_sample_ratio": 1.0, "tracing_exporter": "none"}  # spans made, context sent on
