@@ -1,7 +1,7 @@
 """The prefix-cache scorer end to end through `Scheduler.from_config` with GIE's default config
 (ray_epp/configs/gie-default.yaml: queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3), and
-Ray EPP's default (ray_epp/configs/default.yaml: the same plus prefill-eta-scorer 4 and
-prefix-home-balance-scorer 2)."""
+Ray EPP's default (ray_epp/configs/default.yaml: the same with load-aware-scorer 4 for the queue scorer,
+plus prefill-eta-scorer 4 and prefix-home-balance-scorer 2, behind the sticky filter)."""
 
 from pathlib import Path
 
@@ -47,10 +47,10 @@ def test_gie_default_config_is_gies_default():
     }
 
 
-def test_ray_epp_default_is_gies_plus_the_fading_ledger_and_the_home_balance_behind_the_sticky_filter():
+def test_ray_epp_default_is_gies_with_the_queue_against_a_line_plus_the_ledger_and_home_balance_behind_the_filter():
     assert weights_in(CONFIGS / "default.yaml") == {
         "prefix-cache-affinity-filter": None,
-        "queue-scorer": 2,
+        "load-aware-scorer": 4,
         "kv-cache-utilization-scorer": 2,
         "prefix-cache-scorer": 3,
         "prefill-eta-scorer": 4,

@@ -255,8 +255,9 @@ def test_the_default_is_the_previous_one_with_the_fading_ledger_the_home_balance
     (floored at minWeight 0.25) in place of prefill-backlog-scorer (same weight) and
     prefix-home-balance-scorer x2 (relative) added: nothing else moved;
     bench/configs/default-minmax.yaml differs from it in the home balance's normalization alone;
-    ray_epp/configs/default.yaml is it behind prefix-cache-affinity-filter (a 250 ms gate and the
-    scraped-saturation escape), and bench/configs/agentic.yaml the same without the escape."""
+    bench/configs/default-gie-queue.yaml is it behind prefix-cache-affinity-filter (a 250 ms gate and
+    the scraped-saturation escape), bench/configs/agentic.yaml the same without the escape, and
+    ray_epp/configs/default.yaml the first with load-aware-scorer (threshold 5) x4 for queue-scorer x2."""
 
     def body(path):
         cfg = load_config_file(path)
@@ -276,7 +277,7 @@ def test_the_default_is_the_previous_one_with_the_fading_ledger_the_home_balance
     assert body(bench_configs / "default-unsticky.yaml") == want
     escape = [{"metric": "waiting-queue", "maxValue": 5}, {"metric": "kv-cache-utilization", "maxValue": 0.8}]
     for path, params in (
-        (CONFIGS / "default.yaml", {"maxTTFTPenaltyMs": 250, "saturationConditions": escape}),
+        (bench_configs / "default-gie-queue.yaml", {"maxTTFTPenaltyMs": 250, "saturationConditions": escape}),
         (bench_configs / "agentic.yaml", {"maxTTFTPenaltyMs": 250}),
     ):
         sticky = ("prefix-cache-affinity-filter", repr(params))
@@ -285,3 +286,10 @@ def test_the_default_is_the_previous_one_with_the_fading_ledger_the_home_balance
     relative = ("prefix-home-balance-scorer", repr({"normalize": "relative"}))
     minmax = ("prefix-home-balance-scorer", repr({"normalize": "min-max"}))
     assert (sorted(relative if p == minmax else p for p in minmax_plugins), minmax_weights) == want
+    gie_queue_plugins, gie_queue_weights = body(bench_configs / "default-gie-queue.yaml")
+    queue = {("queue-scorer", repr(None)): ("load-aware-scorer", repr({"threshold": 5}))}
+    against_the_line = {("queue-scorer", 2): ("load-aware-scorer", 4)}
+    assert body(CONFIGS / "default.yaml") == (
+        sorted(queue.get(p, p) for p in gie_queue_plugins),
+        sorted(against_the_line.get(w, w) for w in gie_queue_weights),
+    )
