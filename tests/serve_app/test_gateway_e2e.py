@@ -126,7 +126,7 @@ def test_debug_header_returns_trace_and_pick_endpoint(client):
     trace = json.loads(resp.headers["x-epp-trace"])
     prof = trace["trace"]["profiles"]["default"]
     assert {s["type"] for s in prof["scorers"]} == {
-        "queue-scorer",
+        "load-aware-scorer",
         "kv-cache-utilization-scorer",
         "prefix-cache-scorer",
         "prefill-eta-scorer",
@@ -227,6 +227,8 @@ def test_503_before_first_byte_is_retried_elsewhere(client, sim):
         bad.set_failures({"rate": 0.0})
 
 
+@pytest.mark.spends_e2e_setup  # a restarted profile actor's event counts start again: the
+# deployment's other modules (their in-flight checks) run before it
 def test_a_killed_profile_actor_is_restarted_and_requests_keep_working(client, gateway):
     import ray
 
@@ -237,6 +239,8 @@ def test_a_killed_profile_actor_is_restarted_and_requests_keep_working(client, g
     assert [a.status_code for a in answers] == [200] * 5, [a.text for a in answers if a.status_code != 200]
 
 
+@pytest.mark.spends_e2e_setup  # a restarted profile actor's event counts start again: the
+# deployment's other modules (their in-flight checks) run before it
 def test_a_frozen_profile_actor_costs_a_503_naming_it_not_a_hang(client, gateway):
     """A profile actor that is alive but answers nothing (SIGSTOP: a stuck or swapping process)
     fails the requests waiting on it after `profile_call_timeout_s`, the later ones too (they
