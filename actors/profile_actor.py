@@ -332,7 +332,7 @@ def state_sizes(plugins: list[Any]) -> dict[str, int]:
     seen: set[int] = set()
 
     def walk(label: str, obj: Any, depth: int) -> None:
-        for attr in ("index", "ledger", "producer"):
+        for attr in ("index", "precise", "blocks", "ledger", "producer"):
             value = getattr(obj, attr, None)
             if value is None or id(value) in seen:
                 continue

@@ -40,11 +40,15 @@ class SoakSampling:
                     continue
                 procs[f"{process_role(proc)}[{proc.pid}]"] = {"rss_mb": mem.rss / 2**20, "uss_mb": mem.uss / 2**20}
         sizes: dict[str, Any] = {}
+        actors = self.dep.actors  # every profile actor: the shards and their standbys
+        labelled = [(f"{name}{suffix}", a) for group, suffix in ((actors.shards, ""), (actors.standbys, "-standby"))
+                    for name, shards in group.items() for a in shards]  # fmt: skip
         with contextlib.suppress(Exception):
-            infos = ray.get([h.info.remote() for h in self.dep.actors.profiles.values()], timeout=10)
-            for name, info in zip(self.dep.actors.profiles, infos, strict=True):
+            infos = ray.get([a.info.remote() for _, a in labelled], timeout=10)
+            for (label, _), info in zip(labelled, infos, strict=True):
                 for key, n in info.get("state_sizes", {}).items():
-                    sizes[f"{name}/{key}"] = n
+                    sizes[f"{label}/{key}"] = n
+                sizes[f"{label}/event_log"] = info.get("event_log", {}).get("kept", 0)
         with contextlib.suppress(Exception):
             for key, n in ray.get(self.dep.hub.sizes.remote(), timeout=10).items():
                 sizes[f"metrics-hub/{key}"] = n
