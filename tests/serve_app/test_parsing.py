@@ -66,7 +66,9 @@ def test_profile_actors_get_only_what_scheduling_reads():
     req = parse(json.dumps(body).encode(), path="/v1/chat/completions").llm_request
     req.excluded_endpoints = frozenset({"pod-a"})
     sent = req.with_body_fields(DEFAULT_FIELDS)  # what the default config's plugins declare
-    assert sent.body == {k: body[k] for k in ("messages", "cache_salt")}
+    # the prompt for the prefix plugins, the output limit for the in-flight load producer (made for
+    # the affinity filter's throughput gate: a request's load counts its output estimate)
+    assert sent.body == {k: body[k] for k in ("messages", "cache_salt", "max_tokens")}
     with_load = build_plugins(load_config_file("slo")).body_fields  # its latency plugins read the output limit
     assert req.with_body_fields(with_load).body == {k: body[k] for k in ("messages", "cache_salt", "max_tokens")}
     assert sent.prompt_text() == req.prompt_text() and sent.cache_salt() == "s"
