@@ -20,6 +20,8 @@ own (gcs_server, raylet, the dashboard and runtime-env agents, the monitors), ou
 replicas (by their `ray::` process titles), the pods, and the driver; the entries of each profile
 actor's prefix index and in-flight ledgers
 (ProfileActor.info()["state_sizes"]), the metrics hub's sources and series (MetricsHub.sizes()).
+With `--tracemalloc`, also the allocation sites that grew in the default profile's actor
+(bench/soak_tracemalloc.py): a diagnosis run, since tracing slows that actor.
 
     .venv/bin/python -m bench.soak --minutes 30 [--port 25000] [--out bench/results/soak]
 
@@ -52,6 +54,7 @@ from bench.gateway_overhead import ROOT, _wait_http
 from bench.soak_faults import FAULTS, Fault, SoakFaults, held_by_lost_replica
 from bench.soak_plots import plot, plot_small
 from bench.soak_sampling import SoakSampling, print_summary, process_summary, size_summary
+from bench.soak_tracemalloc import TracemallocProbe
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima")
@@ -87,6 +90,9 @@ class SoakConfig:
     # 0: one local Ray, as `epp up` starts it; N: a head running no actor and N worker nodes
     # (bench/soak_nodes.py), with profile standbys, and the `node` fault
     nodes: int = 0
+    # Trace the default profile's first actor's allocations (bench/soak_tracemalloc.py): a diagnosis
+    # of what grows, which slows that actor; not for a run whose figures are reported.
+    tracemalloc: bool = False
 
 
 @dataclass(slots=True)
@@ -113,6 +119,7 @@ class Soak(SoakFaults, SoakSampling):
     skipped: int = 0  # arrivals not sent because max_outstanding were in flight
     dep: Any = None
     cluster: Any = None  # bench/soak_nodes.SoakCluster with `nodes`
+    probe: TracemallocProbe | None = None  # with `tracemalloc`
 
     # --- pods: one process each --------------------------------------------------------------
 
@@ -175,6 +182,8 @@ class Soak(SoakFaults, SoakSampling):
         spec = LaunchSpec(pods=pods, port=self.cfg.port, replicas=self.cfg.replicas, config=config, address=address,
                           actor_options=actor_options)  # fmt: skip
         self.dep = EppDeployment.start(spec)
+        if self.cfg.tracemalloc:
+            self.probe = TracemallocProbe()
 
     def stop(self) -> None:
         try:
@@ -334,6 +343,7 @@ class Soak(SoakFaults, SoakSampling):
             "processes": process_summary(self.samples),
             "sizes": size_summary(self.samples),
             "samples": self.samples,
+            **({"tracemalloc": self.probe.rows} if self.probe is not None else {}),
         }
 
 
@@ -411,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-events", action="store_true", help="pods publish KV events; the precise prefix index follows")
     p.add_argument("--shared-prefix", type=float, default=d.shared_prefix)
     p.add_argument("--hang", type=float, default=d.hang_s, help="seconds a hung pod stays SIGSTOPped")
+    p.add_argument(
+        "--tracemalloc", action="store_true", help="report the allocation sites growing in the default profile's actor"
+    )
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "soak")
     p.add_argument(
         "--summarize", type=Path, help="an earlier report (JSON): print its memory table, draw its figures to --out"
@@ -428,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         minutes=a.minutes, load=a.load, pods=a.pods, replicas=a.replicas, port=a.port, fault_every_s=a.fault_every,
         pod_down_s=a.pod_down, sample_every_s=a.sample_every, capacity_s=a.capacity_seconds, faults=tuple(faults),
         kv_events=a.kv_events, shared_prefix=a.shared_prefix, hang_s=a.hang, nodes=a.nodes,
+        tracemalloc=a.tracemalloc,
     )  # fmt: skip
     report = run_soak(cfg, a.out)
     keys = ("capacity", "rate_rps", "sent", "ok", "failed", "failed_by", "held_by_lost_replica", "fault_free")
@@ -437,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {f['kind']:16} at {f['t']:7.1f} s: {f['requests']} ended, {f['failed']} failed {f['failed_by']} "
               f"({f['held_by_lost_replica']} held by a lost replica), "
               f"back after {f['recovered_s']} s")  # fmt: skip
+    for row in report.get("tracemalloc", []):
+        print(f"  tracemalloc at {row['t']:7.1f} s: {row}")
     for k, v in report["sizes"].items():
         print(f"  {k}: {v}")
     print(f"wrote {a.out}.json, .png, _rss.png and _errors.png")

@@ -54,6 +54,9 @@ class SoakSampling:
                 sizes[f"metrics-hub/{key}"] = n
         with contextlib.suppress(Exception):
             sizes["datastore/pods"] = ray.get(self.dep.actors.datastore.debug_info.remote(), timeout=10)["pods"]
+        probe = getattr(self, "probe", None)
+        if probe is not None:  # --tracemalloc: the default profile's first actor (bench/soak_tracemalloc.py)
+            probe.step(actors.shards["default"][0], round(t, 1), sizes)
         done = [r for r in self.results if r.t <= t]
         return {
             "t": round(t, 1),
