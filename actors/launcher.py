@@ -1,5 +1,6 @@
 """Start and stop the EPP actors: the datastore (with its metrics actors, one per Ray node's pods)
-and one profile actor per scheduling profile of the config (or `profile_shards` of them)."""
+and one profile actor per scheduling profile of the config (or `profile_shards` of them); none
+for a profile the gateway replicas decide themselves (`decide_in_replica`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from actors.profile_actor import ProfileActor, config_digest
 from actors.protocol import StandbyPair
 from actors.standby import in_group, pair_group, remove_pair_group, standby_name, wants_standby
 from scheduler import EndpointPickerConfig, dump_config, load_config
+from scheduler.config import DecideIn, build_plugins
 from scheduler.config.sections import data_layer_actor_options
 
 __all__ = [
@@ -83,12 +85,16 @@ def start_epp_actors(
     namespace: str | None = None,
     timeout_s: float = 60.0,
     pod_sources: list[dict[str, Any]] | None = None,
+    decide_in: DecideIn = DecideIn.PROFILE_ACTORS,
 ) -> EppActors:
     """Create (or reuse) the named datastore, make its pod set `pods`, and start one profile actor
-    per profile of `config`; return once the pods were scraped once (or `timeout_s` passed) and every
-    profile actor holds a snapshot that includes that. `pod_sources` (actors/pod_source.py, e.g.
-    `[{"kind": "file", "path": ...}]`) are run by a new datastore, placed on this node so that it
-    reads the same files; a reused one keeps its own. Needs `ray.init()` first."""
+    per profile of `config` that needs one; return once the pods were scraped once (or `timeout_s`
+    passed) and every profile actor holds a snapshot that includes that. `pod_sources`
+    (actors/pod_source.py, e.g. `[{"kind": "file", "path": ...}]`) are run by a new datastore, placed
+    on this node so that it reads the same files; a reused one keeps its own. `decide_in`: who runs
+    the profiles; when the gateway replicas do, only a profile with a plugin that the replica can
+    not run gets actors (scheduler/config/placement.py; the launcher refuses such a config before),
+    and an earlier launch's profile actors of this datastore are ended. Needs `ray.init()` first."""
     cfg = load_config(config)
     opts = with_data_layer(as_options(options), data_layer_actor_options(cfg))
     specs = [as_pod(p) for p in pods]
@@ -113,9 +119,11 @@ def start_epp_actors(
 
     dumped = dump_config(cfg)
     digest = config_digest(dumped)
+    in_actors = _profiles_in_actors(cfg, decide_in)
     names = {
         spec.name: [profile_actor_name(opts.datastore_name, spec.name, i) for i in range(opts.profile_shards)]
         for spec in cfg.scheduling_profiles
+        if spec.name in in_actors
     }
     groups = _pair_groups(names, lifetime, opts, deadline)
     shards: dict[str, list[Any]] = {}
@@ -131,13 +139,19 @@ def start_epp_actors(
             ]
     for role, actors_of in ((0, shards), (1, standbys)):
         _check_digests(actors_of, digest, ns, lifetime, opts, dumped, deadline, groups, role)
-    _kill_extra_shards(cfg, opts, ns, with_standbys=not groups)  # an earlier launch's extra actors go
+    _kill_extra_shards(cfg, opts, ns, with_standbys=not groups, started=names)  # an earlier launch's extra actors go
 
     everyone = [a for group in (shards, standbys) for actors in group.values() for a in actors]
     version = ray.get(datastore.wait_settled.remote(max(0.0, min(10.0, _left(deadline) - 1.0))))
     ray.get([a.ready.remote(version) for a in everyone], timeout=_left(deadline))
     profiles = {name: actors[0] for name, actors in shards.items()}
     return EppActors(datastore, profiles, opts.datastore_name, cfg, ns, opts, shards, standbys)
+
+
+def _profiles_in_actors(cfg: EndpointPickerConfig, decide_in: DecideIn) -> set[str]:
+    if decide_in is DecideIn.PROFILE_ACTORS:  # every profile: no need to build the plugins here
+        return {spec.name for spec in cfg.scheduling_profiles}
+    return set(build_plugins(cfg, decide_in=decide_in).profiles_in_actors())
 
 
 def _pair_groups(
@@ -216,19 +230,22 @@ def _check_digests(
                 actors[i] = _create_when_name_free(options, args, deadline)
 
 
-def _kill_extra_shards(cfg: EndpointPickerConfig, opts: ActorOptions, ns: str, with_standbys: bool) -> None:
+def _kill_extra_shards(
+    cfg: EndpointPickerConfig, opts: ActorOptions, ns: str, with_standbys: bool, started: dict[str, list[str]]
+) -> None:
     """Shards past `profile_shards` left by an earlier launch (detached actors outlive it) would
     keep watching the datastore: end them, their standbys too (every standby when `with_standbys`:
-    this launch has none)."""
+    this launch has none); every shard of a profile this launch started no actor for (`started`)."""
     for spec in cfg.scheduling_profiles:
-        i = 0 if with_standbys else opts.profile_shards
+        kept = len(started.get(spec.name, ()))
+        i = 0 if with_standbys else kept
         while True:
             name = profile_actor_name(opts.datastore_name, spec.name, i)
             found = [_kill_named(standby_name(name), ns)]
-            if i >= opts.profile_shards:  # its group goes too (a reused actor below stays in its own)
+            if i >= kept:  # its group goes too (a reused actor below stays in its own)
                 found.append(_kill_named(name, ns))
                 remove_pair_group(name)
-            if not any(found) and i >= opts.profile_shards:
+            if not any(found) and i >= kept:
                 break
             i += 1
 

@@ -27,6 +27,7 @@ from ray_epp import __version__
 from scheduler import dump_config, load_config_file
 from serve_app.cli.launch import DEFAULT_CONFIG, decision_log_for
 from serve_app.gateway.deployment import Gateway
+from serve_app.gateway.local_runner import check_in_replica
 from serve_app.gateway.settings import GatewaySettings, load_settings_file
 
 
@@ -37,8 +38,12 @@ def build_app(args: dict[str, Any]) -> Application:
     settings = load_settings_file(args["settings"]) if args.get("settings") else GatewaySettings()
     detached = str(args.get("detached", "true")).lower() in ("1", "true", "yes")
     options = ActorOptions(detached=detached, profile_shards=int(args.get("profile_shards", 1)))
+    if settings.decide_in_replica:  # refused before anything starts, as `epp up` does
+        check_in_replica(cfg, options.profile_shards)
     require_package_on_every_node(__version__)  # before anything is placed on a node that lacks it
-    actors = start_epp_actors(dump_config(cfg), load_pods_file(args["pods"]), options=options)
+    actors = start_epp_actors(
+        dump_config(cfg), load_pods_file(args["pods"]), options=options, decide_in=settings.decide_in
+    )
     port = str(args.get("port", 8000)).lower()
     ingress = None if port in ("none", "0", "") else {"host": args.get("host") or "127.0.0.1", "port": int(port)}
     if args.get("ext_proc_port"):

@@ -9,11 +9,12 @@ from scheduler.config.models import (
     ProfilePluginRef,
     SchedulingProfileSpec,
 )
-from scheduler.config.placement import Placement
+from scheduler.config.placement import DecideIn, Placement
 
 __all__ = [
     "API_VERSIONS",
     "BuiltScheduler",
+    "DecideIn",
     "EndpointPickerConfig",
     "PlacedPlugins",
     "Placement",

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from scheduler.body_fields import check_body_reads, checking_body_reads, readable_body_fields
 from scheduler.config.data_flow import DATA_PREPARATION, made_producer_class, made_producers, profile_producers
 from scheduler.config.models import EndpointPickerConfig
-from scheduler.config.placement import Placement, placement
+from scheduler.config.placement import DecideIn, Placement, needs_actor, placement
 from scheduler.errors import ConfigError
 from scheduler.interfaces import (
     DataPreparer,
@@ -38,6 +38,18 @@ class BuiltScheduler:
     # where each plugin runs (scheduler/config/placement.py), by plugin name
     placement: dict[str, frozenset[Placement]] = field(default_factory=dict)
     uses: dict[str, set[str]] = field(default_factory=dict)  # plugin -> the plugins it looked up
+    decide_in: DecideIn = DecideIn.PROFILE_ACTORS  # who runs the profiles, which `placement` follows
+
+    def needs_actor(self) -> dict[str, str]:
+        """The plugins placed in a profile actor, and why (placement.needs_actor)."""
+        return needs_actor(self.plugins, self.placement)
+
+    def profiles_in_actors(self) -> list[str]:
+        """The profiles that need an actor to run them: every one when the actors decide; when
+        the replica does, those with a plugin only an actor can run (which the launcher refuses)."""
+        if self.decide_in is DecideIn.PROFILE_ACTORS:
+            return list(self.profiles)
+        return [name for name in self.profiles if self.at(Placement.PROFILE_ACTOR, name)]
 
     def at(self, where: Placement, profile: str | None = None) -> list[Plugin]:
         """The plugins that run in `where`, in config order; with `profile` (a profile actor, a
@@ -73,29 +85,37 @@ class PlacedPlugins:
 
 
 def build_for(
-    cfg: EndpointPickerConfig, where: Placement, profile: str | None = None, handle: PluginHandle | None = None
+    cfg: EndpointPickerConfig,
+    where: Placement,
+    profile: str | None = None,
+    handle: PluginHandle | None = None,
+    decide_in: DecideIn = DecideIn.PROFILE_ACTORS,
 ) -> PlacedPlugins:
     """The one way a Ray EPP process builds its plugins: fresh instances of the whole config (the
-    handler and the plugins look each other up), of which it runs those placed in `where`; a
-    profile actor, and a Serve router's mirror of one, only `profile` (ValueError when the config
-    has no such profile)."""
+    handler and the plugins look each other up), of which it runs those placed in `where` when
+    `decide_in` runs the profiles; a profile actor, and a Serve router's mirror of one, only
+    `profile` (ValueError when the config has no such profile)."""
     if profile is not None and profile not in {p.name for p in cfg.scheduling_profiles}:
         known = [p.name for p in cfg.scheduling_profiles]
         raise ValueError(f"profile {profile!r} is not in the config (profiles: {known})")
-    built = build_plugins(cfg, only_profiles=None if profile is None else [profile], handle=handle)
+    built = build_plugins(cfg, only_profiles=None if profile is None else [profile], handle=handle, decide_in=decide_in)
     plugins = built.at(where, profile)
     return PlacedPlugins(where, built, plugins, Lifecycle(plugins))
 
 
 def build_plugins(
-    cfg: EndpointPickerConfig, only_profiles: list[str] | None = None, handle: PluginHandle | None = None
+    cfg: EndpointPickerConfig,
+    only_profiles: list[str] | None = None,
+    handle: PluginHandle | None = None,
+    decide_in: DecideIn = DecideIn.PROFILE_ACTORS,
 ) -> BuiltScheduler:
     """Fresh plugin instances for `cfg` (already through `load_config`).
 
     A plugin referenced by several profiles is one instance, as in GIE. `only_profiles` builds
     just those profiles (a profile actor owns one). Every plugin is built either way: the body
     fields are the whole config's, so each actor gets the same body. `handle` gives the plugins
-    their clocks and the seed of their generators (default: the real clocks, unseeded)."""
+    their clocks and the seed of their generators (default: the real clocks, unseeded). `decide_in`:
+    who runs the profiles, which the placement follows."""
     specs = {spec.name: spec for spec in cfg.plugins}
     built: dict[str, Plugin] = {}
     building: list[str] = []
@@ -167,6 +187,5 @@ def build_plugins(
     if problems:
         raise ConfigError([f"plugin {handler.name!r} (type {handler.type_name}): {p}" for p in problems])
     body_fields = frozenset().union(*readable.values())
-    return BuiltScheduler(
-        handler, profiles, built, cfg.saturation_detector_ref, body_fields, placement(built, cfg, uses, profiles), uses
-    )
+    places = placement(built, cfg, uses, profiles, decide_in)
+    return BuiltScheduler(handler, profiles, built, cfg.saturation_detector_ref, body_fields, places, uses, decide_in)

@@ -212,11 +212,14 @@ class EppDeployment:
                 require_package_on_every_node(__version__)
             except PackageMissing as err:
                 raise LaunchError(str(err)) from None
+        decide_in = gw_settings.decide_in  # no profile actor for a profile the replicas decide
         if spec.watch_pods:
             source = {"kind": "file", "path": str(Path(spec.pods_path or "").resolve())}
-            self.actors = start_epp_actors(dump_config(cfg), [], options=options, pod_sources=[source])
+            self.actors = start_epp_actors(
+                dump_config(cfg), [], options=options, pod_sources=[source], decide_in=decide_in
+            )
         else:
-            self.actors = start_epp_actors(dump_config(cfg), self.pods, options=options)
+            self.actors = start_epp_actors(dump_config(cfg), self.pods, options=options, decide_in=decide_in)
         self.hub = get_or_create_hub()
         serve.start(http_options={"host": spec.host, "port": spec.serve_proxy_port})
         # a little CPU, so that Serve's spreading of the replicas over the nodes is not ignored

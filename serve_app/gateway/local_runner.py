@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from actors.tentative_decisions import TentativeDecisions
 from scheduler import CycleState, Endpoint, EndpointPickerConfig, LLMRequest, ProfileRunResult, SchedulingResult
-from scheduler.config import build_plugins
+from scheduler.config import DecideIn, build_plugins
 from scheduler.cycle_state import profile_error_key
 from scheduler.errors import ErrorCode, SchedulingError
 from scheduler.interfaces import KVEventSink, Plugin, PluginTimer
@@ -50,13 +50,17 @@ def refuse_kv_event_plugins(plugins: Iterable[Plugin]) -> None:
 
 
 def check_in_replica(config: EndpointPickerConfig, profile_shards: int = 1) -> None:
-    """At launch: refuse a configuration the replica can not decide for on its own."""
+    """At launch: refuse a configuration the replica can not decide for on its own (a plugin that
+    the placement keeps in a profile actor when the replica decides: scheduler/config/placement.py)."""
     if profile_shards > 1:
         raise InReplicaUnsupported(
             f"decide_in_replica: profile_shards is {profile_shards}, but each replica runs one copy of "
             "each profile; leave one of the two off"
         )
-    refuse_kv_event_plugins(build_plugins(config).plugins.values())
+    need = build_plugins(config, decide_in=DecideIn.REPLICA).needs_actor()
+    if need:
+        why = "; ".join(f"{name} {reason}" for name, reason in need.items())
+        raise InReplicaUnsupported(f"decide_in_replica: {why}; leave decide_in_replica off for this configuration")
 
 
 class LocalProfileRunner:
@@ -85,6 +89,11 @@ class LocalProfileRunner:
             name: TentativeDecisions(Lifecycle(p for p in profile.plugins() if id(p) not in skip), name)
             for name, profile in self._profiles.items()
         }
+
+    @property
+    def profiles(self) -> dict[str, SchedulerProfile]:
+        """The profiles this replica runs."""
+        return self._profiles
 
     async def __call__(
         self,

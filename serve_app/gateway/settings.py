@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from scheduler.config.nesting import MAX_FILE_NESTING, nests_deeper_than
+from scheduler.config.placement import DecideIn
 
 
 class GatewaySettings(BaseModel):
@@ -154,6 +155,11 @@ class GatewaySettings(BaseModel):
     # (the newest; a record is a few KB with a handful of endpoints, tens of KB with a hundred).
     decision_record_ratio: float = Field(default=0.0, ge=0, le=1)
     decision_record_size: int = Field(default=1000, ge=1, le=100_000)
+
+    @property
+    def decide_in(self) -> DecideIn:
+        """Who runs the profiles, as the config's placement and the launcher take it."""
+        return DecideIn.REPLICA if self.decide_in_replica else DecideIn.PROFILE_ACTORS
 
 
 def load_settings_file(path: str | Path) -> GatewaySettings:

@@ -1,0 +1,36 @@
+"""A gateway replica that decides (`decide_in_replica`) runs exactly the plugins that the config's
+placement puts in it in that mode (scheduler/config/placement.py `DecideIn.REPLICA`): its own, told
+by its lifecycle, and the profiles', run by its local runner (with what they call). Built without Ray: the core starts
+nothing until its first request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler import dump_config, load_config_file
+from scheduler.config import DecideIn, Placement, build_for
+from serve_app.gateway.core import GatewayCore
+from serve_app.gateway.local_runner import LocalProfileRunner
+
+SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "ray_epp" / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", SHIPPED)
+def test_the_replica_runs_what_the_placement_puts_in_it(config):
+    cfg = load_config_file(config)
+    core = GatewayCore(dump_config(cfg), {"decide_in_replica": True}, None, {}, None)
+    assert isinstance(core.runner, LocalProfileRunner)
+    placed = build_for(cfg, Placement.GATEWAY, decide_in=DecideIn.REPLICA)
+    configured = set(placed.built.plugins)  # not admission's default detector, which no config names
+    runs = {p.name for p in core.lifecycle.plugins} | {
+        p.name for profile in core.runner.profiles.values() for p in profile.plugins()
+    }
+    todo = list(runs)
+    while todo:  # and what they call (a decision tree's filters)
+        for used in placed.built.uses.get(todo.pop(), ()):
+            if used not in runs:
+                runs.add(used)
+                todo.append(used)
+    assert runs & configured == {p.name for p in placed.plugins}
