@@ -1,8 +1,9 @@
 """`decide_in_replica`: the gateway replica runs the profiles itself on its view of the pool
 (serve_app/gateway/local_runner.py). Real Ray EPP with the shipped default config in front of
 simulated vLLM pods: requests are routed and served, a shared prefix stays on its pod, a burst of
-new prompts spreads (each decision counts in the ledgers at once), the profile actor is never
-called, and a configuration that needs the profile actors is refused at launch."""
+new prompts spreads (each decision counts in the ledgers at once), no profile actor is started
+(an earlier launch's is ended), and a configuration that needs the profile actors is refused at
+launch."""
 
 from __future__ import annotations
 
@@ -55,12 +56,40 @@ def test_a_burst_of_new_prompts_spreads_over_the_pods(client):
     assert len(set(picks)) >= 2, picks
 
 
-def test_the_profile_actor_is_never_called(gateway, client):
+def test_no_profile_actor_is_started(gateway, client):
+    """The replica decides, so no profile actor would ever be called: none runs, no standby."""
     import ray
 
+    from actors.launcher import profile_actor_name
+    from actors.standby import standby_name
+
     complete(client, "one more request")
-    info = ray.get(gateway.actors.profiles["default"].info.remote())
-    assert info["calls"] == 0 and sum(info["events"].values()) == 0, info
+    assert gateway.actors.profiles == {} and gateway.actors.all_profile_actors() == []
+    name = profile_actor_name(gateway.actors.datastore_name, "default")
+    for actor_name in (name, standby_name(name)):
+        with pytest.raises(ValueError):
+            ray.get_actor(actor_name, namespace=gateway.actors.namespace)
+
+
+def test_an_earlier_launchs_profile_actors_are_ended(gateway, sim):
+    """Profile actors an earlier launch with the actors deciding left on this datastore (detached
+    ones outlive it) would sit idle: a launch that decides in the replica ends them."""
+    import ray
+
+    from actors.launcher import profile_actor_name, start_epp_actors
+    from scheduler.config import DecideIn
+    from tests.serve_app.deployments import pod_specs
+
+    options = {"datastore_name": gateway.actors.datastore_name}
+    earlier = start_epp_actors(gateway.actors.config, pod_specs(sim), options=options)
+    assert list(earlier.profiles) == ["default"]
+    try:
+        now = start_epp_actors(gateway.actors.config, pod_specs(sim), options=options, decide_in=DecideIn.REPLICA)
+        assert now.profiles == {}
+        with pytest.raises(ValueError):
+            ray.get_actor(profile_actor_name(now.datastore_name, "default"), namespace=now.namespace)
+    finally:
+        ray.kill(earlier.profiles["default"], no_restart=True)
 
 
 def test_the_replicas_own_plugins_export_their_families(client):

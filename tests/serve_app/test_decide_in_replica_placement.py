@@ -34,3 +34,18 @@ def test_the_replica_runs_what_the_placement_puts_in_it(config):
                 runs.add(used)
                 todo.append(used)
     assert runs & configured == {p.name for p in placed.plugins}
+
+
+def test_a_serve_config_that_needs_the_profile_actors_is_refused_before_anything_starts(tmp_path):
+    """`serve run serve_app.app:build_app` refuses as `epp up` does, before it places any actor."""
+    from serve_app.app import build_app
+    from serve_app.gateway.local_runner import InReplicaUnsupported
+
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("decide_in_replica: true\n")
+    precise = str(Path(__file__).resolve().parents[2] / "bench" / "configs" / "precise.yaml")
+    args = {"pods": str(tmp_path / "pods.yaml"), "settings": str(settings), "config": precise}
+    with pytest.raises(InReplicaUnsupported, match=r"precise-prefix-cache-producer reads the pods' KV events"):
+        build_app(args)
+    with pytest.raises(InReplicaUnsupported, match="profile_shards is 2"):
+        build_app({**args, "config": "default", "profile_shards": 2})
