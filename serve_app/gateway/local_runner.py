@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterable, Mapping
 from actors.tentative_decisions import TentativeDecisions
 from scheduler import CycleState, Endpoint, EndpointPickerConfig, LLMRequest, ProfileRunResult, SchedulingResult
 from scheduler.config import DecideIn, build_plugins
+from scheduler.config.placement import ACTOR_ONLY_ROLES
 from scheduler.cycle_state import profile_error_key
 from scheduler.errors import ErrorCode, SchedulingError
-from scheduler.interfaces import KVEventSink, Plugin, PluginTimer
+from scheduler.interfaces import Plugin, PluginTimer
 from scheduler.lifecycle import Lifecycle
 from scheduler.profile import SchedulerProfile
 from scheduler.scheduler import run_profile
@@ -39,14 +40,9 @@ class InReplicaUnsupported(ValueError):
     """The configuration needs what only the profile actors do."""
 
 
-def refuse_kv_event_plugins(plugins: Iterable[Plugin]) -> None:
-    sinks = Lifecycle(plugins).having(KVEventSink)
-    if sinks:
-        names = ", ".join(sorted(p.name for p in sinks))
-        raise InReplicaUnsupported(
-            f"decide_in_replica: {names} reads the pods' KV events, which only the profile actors "
-            "subscribe to; leave decide_in_replica off for this configuration"
-        )
+def refuse_actor_only_plugins(plugins: Iterable[Plugin]) -> None:
+    """A plugin with a role only a profile actor can serve (a KV-event sink) can not run here."""
+    _refuse({p.name: why for p in plugins for role, why in ACTOR_ONLY_ROLES.items() if isinstance(p, role)})
 
 
 def check_in_replica(config: EndpointPickerConfig, profile_shards: int = 1) -> None:
@@ -57,7 +53,10 @@ def check_in_replica(config: EndpointPickerConfig, profile_shards: int = 1) -> N
             f"decide_in_replica: profile_shards is {profile_shards}, but each replica runs one copy of "
             "each profile; leave one of the two off"
         )
-    need = build_plugins(config, decide_in=DecideIn.REPLICA).needs_actor()
+    _refuse(build_plugins(config, decide_in=DecideIn.REPLICA).needs_actor())
+
+
+def _refuse(need: Mapping[str, str]) -> None:
     if need:
         why = "; ".join(f"{name} {reason}" for name, reason in need.items())
         raise InReplicaUnsupported(f"decide_in_replica: {why}; leave decide_in_replica off for this configuration")
@@ -80,7 +79,7 @@ class LocalProfileRunner:
         for profile in profiles.values():
             for plugin in profile.plugins():
                 plugins.setdefault(id(plugin), plugin)
-        refuse_kv_event_plugins(plugins.values())
+        refuse_actor_only_plugins(plugins.values())
         self._profiles = dict(profiles)
         self._endpoints = endpoints
         self._timer = timer

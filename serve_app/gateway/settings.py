@@ -116,7 +116,8 @@ class GatewaySettings(BaseModel):
     # The profiles run in this replica on its view of the pool, not in the profile actors
     # (serve_app/gateway/local_runner.py): no actor hop per request; the plugins' state (prefix
     # index, in-flight ledgers) is this replica's own, so it suits one replica, or replicas that
-    # may each learn on their own; no standby, no shards, no KV-event plugins (refused).
+    # may each learn on their own; no standby, no shards, no KV-event plugins (refused). The
+    # launcher then starts no profile actor (scheduler/config/placement.py `DecideIn`).
     decide_in_replica: bool = False
     # The replica's view of the pool takes at most one datastore version per this interval (as
     # the profile actors' snapshot_min_interval_s): with many pods the pool changes every few ms,

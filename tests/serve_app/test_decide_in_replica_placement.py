@@ -12,7 +12,7 @@ import pytest
 from scheduler import dump_config, load_config_file
 from scheduler.config import DecideIn, Placement, build_for
 from serve_app.gateway.core import GatewayCore
-from serve_app.gateway.local_runner import LocalProfileRunner
+from serve_app.gateway.local_runner import InReplicaUnsupported, LocalProfileRunner
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "ray_epp" / "configs").glob("*.yaml"))
 
@@ -39,7 +39,6 @@ def test_the_replica_runs_what_the_placement_puts_in_it(config):
 def test_a_serve_config_that_needs_the_profile_actors_is_refused_before_anything_starts(tmp_path):
     """`serve run serve_app.app:build_app` refuses as `epp up` does, before it places any actor."""
     from serve_app.app import build_app
-    from serve_app.gateway.local_runner import InReplicaUnsupported
 
     settings = tmp_path / "settings.yaml"
     settings.write_text("decide_in_replica: true\n")
@@ -49,3 +48,13 @@ def test_a_serve_config_that_needs_the_profile_actors_is_refused_before_anything
         build_app(args)
     with pytest.raises(InReplicaUnsupported, match="profile_shards is 2"):
         build_app({**args, "config": "default", "profile_shards": 2})
+
+
+def test_the_local_runner_refuses_a_plugin_only_an_actor_can_run():
+    """The replica's own guard, for a core built past the launcher's check."""
+    from scheduler.config import build_plugins
+
+    precise = Path(__file__).resolve().parents[2] / "bench" / "configs" / "precise.yaml"
+    built = build_plugins(load_config_file(str(precise)))
+    with pytest.raises(InReplicaUnsupported, match=r"precise-prefix-cache-producer reads the pods' KV events"):
+        LocalProfileRunner(built.profiles, list)
