@@ -1,6 +1,7 @@
 """What `epp validate` shows: for every plugin and section field a config sets, whether Ray EPP runs
 it (its roles, and where it runs: scheduler/config/placement.py), refuses it (and why, from
-scheduler/config/refused.py and sections.py), or does not know it; then the loader's own verdict.
+scheduler/config/refused.py and sections.py), or does not know it; whether the gateway setting
+`decide_in_replica` can run it; then the loader's own verdict.
 A report never raises: a config that can not load still gets one."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 from scheduler.config.build import build_plugins
 from scheduler.config.loader import load_config, parse_config, read_config_file
 from scheduler.config.models import EndpointPickerConfig
-from scheduler.config.placement import Placement
+from scheduler.config.placement import DecideIn, Placement, needs_actor, placement
 from scheduler.config.refused import refusal
 from scheduler.config.sections import section_statuses
 from scheduler.errors import ConfigError
@@ -87,4 +88,12 @@ def config_report(source: str | dict) -> ConfigReport:
                 f"plugin {name!r} (type {plugin.type_name})", "runs",
                 f"{roles}; not declared: made with its defaults for the plugins that read it; runs in: {where}",
             ))  # fmt: skip
+    in_replica = placement(built.plugins, report.config, built.uses, built.profiles, DecideIn.REPLICA)
+    need = needs_actor(built.plugins, in_replica)
+    why = "; ".join(f"{name} {reason}" for name, reason in need.items())
+    report.lines.append(ReportLine(
+        "gateway setting decide_in_replica",
+        "refused" if need else "accepted",
+        f"needs the profile actors: {why}" if need else "the gateway replica runs every profile, no profile actor",
+    ))  # fmt: skip
     return report

@@ -79,3 +79,15 @@ def test_a_kv_event_sink_keeps_its_actor_and_so_does_what_it_looks_up():
     assert list(built.needs_actor()) == ["precise-prefix-cache-producer"]
     assert "KV events" in built.needs_actor()["precise-prefix-cache-producer"]
     assert built.profiles_in_actors() == ["default"]
+
+
+def test_validate_says_whether_the_replica_can_decide():
+    from scheduler.config.report import config_report_file
+
+    def verdict(config: str) -> tuple[str, str]:
+        [line] = [x for x in config_report_file(config).lines if x.where == "gateway setting decide_in_replica"]
+        return line.status, line.why
+
+    assert verdict("default") == ("accepted", "the gateway replica runs every profile, no profile actor")
+    status, why = verdict(str(ROOT / PRECISE))
+    assert status == "refused" and why.startswith("needs the profile actors: precise-prefix-cache-producer reads")
