@@ -102,11 +102,9 @@ class GatewayCore:
         self.detectors = admission_detectors(
             placed.plugins, s.saturation_queue_depth, s.saturation_kv_cache, named=built.saturation_detector
         )
-        # The plugins placed in a gateway replica (scheduler/config/placement.py), and the default
-        # detector admission adds, hear this replica's own traffic: detectors that keep a ledger
-        # (PreRequest … ResponseComplete), ResponseHeader plugins (from the request and the decision
-        # alone, so a response never waits for a profile actor), ResponseUsage plugins
-        # (program-aware-fairness, where the queue they rank runs).
+        # The plugins placed in a gateway replica (scheduler/config/placement.py) and admission's
+        # default detector hear this replica's own traffic: ledger-keeping detectors, ResponseHeader
+        # plugins (a response never waits for a profile actor), ResponseUsage plugins.
         self.lifecycle = Lifecycle([*placed.plugins, *self.detectors])
         # Responders answer some routes here (models-responder: GET /v1/models), in config order.
         self.responders = self.lifecycle.having(Responder)
@@ -132,7 +130,8 @@ class GatewayCore:
                 recorder=self.recorder,
                 failover_after_s=s.profile_failover_after_s,
             )
-        self.forwarder = Forwarder(s.connect_timeout_s, s.upstream_timeout_s, s.first_byte_timeout_s)
+        # Requests waiting at a pod the view sees leave and the datastore finds unhealthy move on.
+        self.forwarder = Forwarder(s.connect_timeout_s, s.upstream_timeout_s, s.first_byte_timeout_s, self.view)
         self.intake = RequestIntake(s)
         self.decisions = (
             DecisionRecorder(s.decision_record_ratio, s.decision_record_size, decision_log, f"gateway-{os.getpid()}")

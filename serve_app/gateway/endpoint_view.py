@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from actors.pool_feed import PoolFeed
@@ -48,6 +49,9 @@ class EndpointView:
         self._models_at = 0.0
         self._task: asyncio.Task | None = None
         self._first = asyncio.Event()
+        # Told which pods left the pool and which came back (serve_app/gateway/unhealthy_pods.py).
+        self.on_change: Callable[[Iterable[str], Iterable[str]], None] | None = None
+        self._names: frozenset[str] = frozenset()
 
     @property
     def datastore(self) -> Any:
@@ -105,6 +109,11 @@ class EndpointView:
         self.adopted_at = time.monotonic()
         self.endpoints = endpoints
         self.by_name = by_name if by_name is not None else {ep.name: ep for ep in endpoints}
+        if self.on_change is not None:
+            names = frozenset(self.by_name)
+            if names != self._names:
+                self.on_change(self._names - names, names - self._names)
+            self._names = names
         self.adapters = {m for ep in endpoints for m in (*ep.metrics.active_models, *ep.metrics.waiting_models)}
         # A model a routable pod has just listed is known at once, not at the next models refresh.
         listed = {m.id for ep in endpoints if ep.served_models for m in ep.served_models}

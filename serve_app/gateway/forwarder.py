@@ -4,13 +4,16 @@ arrives (no buffering of SSE)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 
 import aiohttp
 
 from scheduler import Endpoint
+from serve_app.gateway.endpoint_view import EndpointView
 from serve_app.gateway.parsing import HOP_HEADERS
+from serve_app.gateway.unhealthy_pods import PodLeft, UnhealthyPods
 
 # Upstream answers worth retrying elsewhere, when nothing has reached the client yet.
 RETRYABLE_STATUS = frozenset({503})
@@ -23,14 +26,20 @@ class UpstreamUnavailable(Exception):
 class Forwarder:
     """`first_byte_timeout_s` bounds the wait for a streaming request's response headers (a hung
     pod: the caller retries elsewhere); a non-streaming answer comes whole at the end, so only
-    `total_timeout_s` bounds it."""
+    `total_timeout_s` bounds it. Given the replica's `view`, a request waiting at a pod that leaves it
+    and that the datastore finds unhealthy is moved (serve_app/gateway/unhealthy_pods.py)."""
 
     def __init__(
-        self, connect_timeout_s: float, total_timeout_s: float, first_byte_timeout_s: float | None = None
+        self,
+        connect_timeout_s: float,
+        total_timeout_s: float,
+        first_byte_timeout_s: float | None = None,
+        view: EndpointView | None = None,
     ) -> None:
         self._timeout = aiohttp.ClientTimeout(total=total_timeout_s, sock_connect=connect_timeout_s)
         self._first_byte_timeout_s = first_byte_timeout_s
         self._session: aiohttp.ClientSession | None = None
+        self.unhealthy = None if view is None else UnhealthyPods.following(view)
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -50,9 +59,13 @@ class Forwarder:
         """Send the request; the caller reads (or streams) and releases the response."""
         url = f"http://{endpoint.address}:{endpoint.port}{path}"
         wait = self._first_byte_timeout_s if stream else None
+        until_first_byte = self.unhealthy.waiting(endpoint.name) if self.unhealthy else contextlib.nullcontext()
         try:
-            async with asyncio.timeout(wait):
-                resp = await self.session().request(method, url, data=body or None, headers=headers)
+            with until_first_byte:
+                async with asyncio.timeout(wait):
+                    resp = await self.session().request(method, url, data=body or None, headers=headers)
+        except PodLeft as err:
+            raise UpstreamUnavailable(str(err)) from None
         except TimeoutError:
             what = f"no response within {wait} s" if wait is not None else "timed out"
             raise UpstreamUnavailable(f"{endpoint.name} ({endpoint.host_port}): {what}") from None

@@ -3,7 +3,7 @@
 One deployment with tight limits (so each fault shows in about a second), two simulated pods and a
 third, `fake`, that relays everything to pod 0 (so it looks healthy and serves) until a test makes
 it misbehave on completions: never answer ("hang"), or send one chunk of a stream and fall silent
-("stall")."""
+("stall"); or stop answering anything, its metrics included, as a SIGSTOPped pod does ("freeze")."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ SETTINGS = {
 
 
 class FakePod:
-    """Relays to a real pod; POSTs hang or stall when `mode` says so. Counts the POSTs it got."""
+    """Relays to a real pod; POSTs hang or stall (and GETs too: freeze) when `mode` says so. Counts
+    the POSTs it got."""
 
     def __init__(self, mirror_url: str) -> None:
         self.mirror_url = mirror_url
@@ -55,6 +56,8 @@ class FakePod:
         from aiohttp import ClientSession, web
 
         async def relay_get(request: web.Request) -> web.Response:
+            if self.mode == "freeze":  # stopped as a whole: its scrapes time out too
+                await asyncio.sleep(3600)
             async with ClientSession() as s, s.get(self.mirror_url + request.path_qs) as r:
                 return web.Response(body=await r.read(), status=r.status, content_type=r.content_type)
 
@@ -449,3 +452,33 @@ def test_zz_a_stream_that_falls_silent_ends_with_an_error_event(client, fake):
             assert lines[-1] == "data: [DONE]"
             return
     raise AssertionError("the fake pod was never picked")
+
+
+def test_zz_a_frozen_pods_waiting_requests_move_once_it_is_unhealthy(client, fake):
+    """A pod that stops answering anything (SIGSTOPped, its host unreachable) holds the non-streamed
+    requests already sent to it, which no first-byte bound covers (their answer comes whole at the
+    end): once the datastore calls it unhealthy (5 failed scrapes of 1 s) they are retried on
+    another pod, long before the client's time-out, and none is lost."""
+    prefix = prefix_homed_on(client, fake, "frozen")
+    fake.mode = "freeze"
+    before = fake.posts
+
+    def send(i: int) -> tuple[int, str, float]:
+        body = {"model": MODEL, "max_tokens": 2, "prompt": f"{prefix} frozen {i}"}
+        started = time.monotonic()
+        resp = client.post("/v1/completions", json=body, timeout=30)
+        return resp.status_code, resp.headers.get("x-gateway-destination-endpoint", ""), time.monotonic() - started
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(send, range(4)))
+        assert fake.posts - before >= 1, "no request reached the frozen pod before it left the pool"
+        for status, destination, seconds in answers:
+            assert status == 200, answers
+            assert not destination.endswith(f":{fake.port}"), answers
+            assert seconds < 20, answers  # unhealthy after ~5 s; the client would wait 30 s
+    finally:
+        fake.mode = "relay"
+        with httpx.Client(base_url=client.base_url, timeout=10) as c:
+            wait_until(lambda: c.get("/ready").json()["ready_endpoints"] == 3, timeout_s=30)
+
