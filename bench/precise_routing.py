@@ -4,6 +4,8 @@ events (kvevents, in virtual time) to the precise policy; every policy sees the 
 
     python -m bench.precise_routing [--scenarios shared-prefix,shared-prefix-llmd,cache-pressure]
         [--rate 0.9] [--capacity shared-prefix=152.8,...] [--duration 20] [--seed 0] [--policies ...]
+        [--seeds 0-29 --json results.json]    # many seeds: per-seed ratios to epp-default at the end
+    python -m bench.precise_routing --tables results.json [more.json ...]
 
 Besides `epp bench`'s scenarios, `cache-pressure-drift` (bench/workloads/drift.py): cache-pressure
 on pods that tokenize with a real tokenizer, prose and hex content, chat requests. There the
@@ -24,6 +26,10 @@ one block of what the pod served from its cache; cache_aware predicts no token c
 requests and over those where the prediction or the pod's cache hit was not zero, and the TTFT
 p90 without queueing (`service_p90`: the floor routing alone cannot lower).
 
+With `--seeds` each seed runs every policy on the same requests, the figures go to `--json`
+(routing_peers' shape, merged per seed, written after each seed) and the end prints, per policy,
+the mean over seeds of its ratios to `epp-default` in the same seed (mean ± standard error).
+
 `--policies` picks among epp-default (ray_epp/configs/default.yaml: the approximate index), epp-precise
 (bench/configs/precise.yaml), any epp-precise-... config there (e.g. epp-precise-speculative)
 and sglang-cache-aware."""
@@ -39,6 +45,7 @@ import yaml
 
 from bench.policies import SchedulerRouter, config_path, make_policy
 from bench.policies.service_bypass import ServiceBypass
+from bench.routing_peers import mean_se
 from bench.runner import calibrate
 from bench.scenarios import NEAR_SATURATION, Scenario, build_scenarios
 from bench.tokenizer_fixture import fixture_tokenizer
@@ -194,8 +201,17 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--policies", default=",".join(POLICIES), help="epp-precise... policies get the pods' tokenizer")
+    ap.add_argument("--seeds", default="", help="seeds to run, e.g. 0-29 or 0,3,5 (instead of --seed)")
+    ap.add_argument("--json", help="with --seeds: write every figure here (merged with what the file holds)")
+    ap.add_argument("--tables", nargs="+", metavar="JSON", help="print the per-seed ratios of these results, exit")
     args = ap.parse_args()
+    if args.tables:
+        print(ratio_tables(merged_results(args.tables)))
+        return
     policies = tuple(args.policies.split(","))
+    if args.seeds:
+        run_seeds(args, policies, parse_seeds(args.seeds))
+        return
     given = {k: float(v) for k, v in (kv.split("=") for kv in args.capacity.split(",") if kv)}
     known = scenarios()
     direct_rows: list[dict] = []
@@ -233,6 +249,94 @@ def main() -> None:
                 f"{d.ttft.p99:.3f} | {d.output_token_throughput:.0f} | {d.prefix_hit_rate:.2f} |"
             )
     print(f"load average {os.getloadavg()[0]:.2f}")
+
+
+# -- many seeds ---------------------------------------------------------------------------------
+
+REFERENCE = "epp-default"  # what the ratios divide by: the approximate index
+TARGET = 0.8  # precise's TTFT p90 against the approximate index's
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`0-29`, `0,3,5` or both (`0-4,9`)."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        seeds += range(int(first), int(last or first) + 1)
+    return seeds
+
+
+def seed_figures(row: dict) -> dict[str, float | None]:
+    """One run's figures in bench.routing_peers' JSON shape, plus the floor and the direct clients'."""
+    direct = row["direct"]
+    return {
+        "ttft_p50_ms": row["ttft_p50"] * 1000,
+        "ttft_p90_ms": row["ttft_p90"] * 1000,
+        "ttft_p99_ms": row["ttft_p99"] * 1000,
+        "output_tok_s": row["throughput"],
+        "prefix_hit": row["hit_rate"],
+        "service_p90_ms": row["service_p90"] * 1000,
+        "direct_p90_ms": direct.ttft.p90 * 1000 if direct is not None else None,
+        "rate": row["rate"],
+    }
+
+
+def run_seeds(args: argparse.Namespace, policies: tuple[str, ...], seeds: list[int]) -> None:
+    given = {k: float(v) for k, v in (kv.split("=") for kv in args.capacity.split(",") if kv)}
+    path = Path(args.json) if args.json else None
+    results: dict[str, dict[str, dict[str, dict]]] = json.loads(path.read_text()) if path and path.is_file() else {}
+    for name in args.scenarios.split(","):
+        capacity = capacity_of(name, given, seeds[0])
+        stored = results.setdefault(f"{name}@{args.rate:.2f}", {})
+        for seed in seeds:  # written after each seed: a long sweep keeps what it finished
+            for row in run(name, args.rate, capacity, args.duration, seed, policies):
+                stored.setdefault(row["policy"], {})[str(seed)] = seed_figures(row)
+            if path is not None:
+                path.write_text(json.dumps(results, indent=1, sort_keys=True))
+            p90 = " / ".join(f"{stored[p][str(seed)]['ttft_p90_ms']:.0f}" for p in policies)
+            print(f"{name} seed {seed}: TTFT p90 ms {p90}, load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(ratio_tables(results))
+
+
+def merged_results(paths: list[str]) -> dict[str, dict[str, dict[str, dict]]]:
+    merged: dict[str, dict[str, dict[str, dict]]] = {}
+    for name in paths:
+        for key, by_policy in json.loads(Path(name).read_text()).items():
+            for policy, seeds in by_policy.items():
+                merged.setdefault(key, {}).setdefault(policy, {}).update(seeds)
+    return merged
+
+
+def ratio_tables(results: dict[str, dict[str, dict[str, dict]]]) -> str:
+    """Per scenario and rate, per policy: the mean TTFT p90 and, over the seeds every policy ran,
+    the mean ± standard error of its per-seed ratios to the approximate index's figures."""
+    out = []
+    for key, by_policy in sorted(results.items()):
+        if REFERENCE not in by_policy:
+            continue
+        seeds = sorted(set.intersection(*(set(s) for s in by_policy.values())), key=int)
+        ref = by_policy[REFERENCE]
+        out += [
+            f"\n{key} ({len(seeds)} seeds; ratios to {REFERENCE} in the same seed, mean ± standard error)",
+            "| policy | TTFT p90 ms (mean) | p90 / approx. | p50 / approx. | p99 / approx. | output tok/s / approx. "
+            f"| prefix hit | p90 without queueing ms | seeds ≤ {TARGET}x |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for policy, figs in by_policy.items():
+            ratios = {
+                f: mean_se([figs[s][f] / ref[s][f] for s in seeds])
+                for f in ("ttft_p90_ms", "ttft_p50_ms", "ttft_p99_ms", "output_tok_s")
+            }
+            under = sum(figs[s]["ttft_p90_ms"] <= TARGET * ref[s]["ttft_p90_ms"] for s in seeds)
+            cells = " | ".join(f"{m:.3f} ± {se:.3f}" for m, se in ratios.values())
+            mean = {
+                f: sum(figs[s][f] for s in seeds) / len(seeds) for f in ("ttft_p90_ms", "prefix_hit", "service_p90_ms")
+            }
+            out.append(
+                f"| {policy} | {mean['ttft_p90_ms']:.1f} | {cells} | {mean['prefix_hit']:.3f} "
+                f"| {mean['service_p90_ms']:.1f} | {under} / {len(seeds)} |"
+            )
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
