@@ -79,6 +79,9 @@ def test_direct_clients_bypass_the_router_but_their_blocks_reach_its_precise_ind
         assert router.predictions["right_cached"] == finds  # its predicted cached tokens were right
         if finds:
             assert routed.pod == direct_pod and routed.cached_tokens > 0
+        # the default's affinity filter reads the precise match too: only the events' holder stays
+        decisions = router.scheduler.plugins["prefix-cache-affinity-filter"].decisions
+        assert decisions["sticky" if finds else "no_match"] == 1
 
 
 def test_shared_pool_workload_marks_a_third_direct_and_is_the_drift_workload_otherwise():
