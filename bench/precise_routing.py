@@ -39,7 +39,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -134,19 +136,11 @@ def capacity_of(name: str, given: dict[str, float], seed: int) -> float:
 def run(
     scenario_name: str, rate_x: float, capacity: float, duration: float, seed: int, policies: tuple[str, ...] = POLICIES
 ) -> list[dict]:
-    scenario = scenarios()[scenario_name]
-    scenario.duration_s = duration
     rate = rate_x * capacity
-    tokenizer = scenario.pods()[0].tokenizer
     rows = []
     for policy in policies:
-        requests = scenario.run_workload(rate, seed)  # the same seed: the same requests for every policy
-        precise = policy.startswith(PRECISE) and tokenizer
-        router = precise_router(tokenizer, seed, policy) if precise else make_policy(policy, seed)
+        requests, router, report = run_policy(scenario_name, policy, rate, duration, seed)
         bypassed = any(is_direct(r) for r in requests)
-        report = ClusterSim(scenario.pods(), ServiceBypass(router, seed) if bypassed else router, seed=seed).run(
-            requests
-        )
         direct = None
         if bypassed:  # the gateway's requests in the row, the direct clients' apart
             direct = _part(report, _ids(requests, True))
@@ -172,6 +166,25 @@ def run(
             }
         )
     return rows
+
+
+def run_policy(
+    scenario_name: str, policy: str, rate: float, duration: float, seed: int, wrap: Callable[[Any], Any] | None = None
+) -> tuple[list, Any, SimReport]:
+    """One policy's run at `rate` req/s: the requests (the same at a seed for every policy), the
+    router (SchedulerRouter for ours; `wrap` sees it before the run) and the report over every
+    request, direct ones included."""
+    scenario = scenarios()[scenario_name]
+    scenario.duration_s = duration
+    tokenizer = scenario.pods()[0].tokenizer
+    requests = scenario.run_workload(rate, seed)
+    precise = policy.startswith(PRECISE) and tokenizer
+    router = precise_router(tokenizer, seed, policy) if precise else make_policy(policy, seed)
+    if wrap is not None:
+        router = wrap(router)
+    bypassed = any(is_direct(r) for r in requests)
+    report = ClusterSim(scenario.pods(), ServiceBypass(router, seed) if bypassed else router, seed=seed).run(requests)
+    return requests, router, report
 
 
 def service_p90(report: SimReport) -> float:
