@@ -28,7 +28,8 @@ With `--tracemalloc`, also the allocation sites that grew in the default profile
 Writes <out>.json, <out>.png (RSS and structure sizes over time, faults marked), and the two small
 figures docs/RELIABILITY.md shows, <out>_rss.png and <out>_errors.png. A benchmark,
 not a test (tests/bench/test_soak.py runs it tiny so it cannot rot). The faults:
-bench/soak_faults.py; the sampling and its summaries: bench/soak_sampling.py; the figures:
+bench/soak_faults.py; the sampling and its summaries: bench/soak_sampling.py; the report:
+bench/soak_report.py; the figures:
 bench/soak_plots.py."""
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +52,10 @@ import aiohttp
 
 from bench.e2e import _free_port
 from bench.gateway_overhead import ROOT, _wait_http
-from bench.soak_faults import FAULTS, Fault, SoakFaults, held_by_lost_replica
+from bench.soak_faults import FAULTS, Fault, SoakFaults
 from bench.soak_plots import plot, plot_small
-from bench.soak_sampling import SoakSampling, print_summary, process_summary, size_summary
+from bench.soak_report import SoakReport
+from bench.soak_sampling import SoakSampling, print_summary
 from bench.soak_tracemalloc import TracemallocProbe
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -104,7 +106,7 @@ class Result:
 
 
 @dataclass
-class Soak(SoakFaults, SoakSampling):
+class Soak(SoakFaults, SoakSampling, SoakReport):
     cfg: SoakConfig
     tmp: Path
     pod_procs: dict[str, subprocess.Popen] = field(default_factory=dict)
@@ -303,49 +305,6 @@ class Soak(SoakFaults, SoakSampling):
         self.samples.append(await asyncio.to_thread(self.sample))
         return self.report(model_capacity, measured, rate, seconds)
 
-    def report(self, model_capacity: float, measured: float | None, rate: float, seconds: float) -> dict[str, Any]:
-        res = self.results
-        windows = []
-        for i, f in enumerate(self.faults):
-            end = self.faults[i + 1].t if i + 1 < len(self.faults) else seconds
-            end = min(end, f.t + 60.0 + (f.back_t - f.t if f.back_t else 0.0))
-            # by completion: a request in flight on a killed replica was sent before the fault
-            inside = [r for r in res if f.t <= r.t + r.latency_s < end]
-            bad = [r for r in inside if r.status != 200]
-            held = [r for r in bad if held_by_lost_replica(f, r.error, r.t + r.latency_s)]
-            windows.append({
-                **asdict(f),
-                "window_s": round(end - f.t, 1),
-                "requests": len(inside),
-                "failed": len(bad),
-                "held_by_lost_replica": len(held),
-                "failed_by": _count(_kind(r) for r in bad),
-                "last_failure_after_s": round(max(r.t for r in bad) - f.t, 1) if bad else None,
-            })  # fmt: skip
-        fault_free = [r for r in res if not any(w["t"] <= r.t + r.latency_s < w["t"] + w["window_s"] for w in windows)]
-        ok = sorted(r.latency_s for r in res if r.status == 200)
-        return {
-            "config": {k: v for k, v in asdict(self.cfg).items()},
-            "load_average": os.getloadavg(),
-            "capacity": {"engine_model_rps": round(model_capacity, 2), "measured_rps": measured and round(measured, 2)},
-            "rate_rps": round(rate, 2),
-            "seconds": seconds,
-            "sent": len(res),
-            "ok": len(ok),
-            "failed": len(res) - len(ok),
-            "failed_by": _count(_kind(r) for r in res if r.status != 200),
-            "held_by_lost_replica": sum(w["held_by_lost_replica"] for w in windows),
-            "skipped_outstanding_cap": self.skipped,
-            "fault_free": {"sent": len(fault_free), "failed": sum(1 for r in fault_free if r.status != 200)},
-            "latency_ok_s": {"p50": _pct(ok, 0.5), "p99": _pct(ok, 0.99), "max": ok[-1] if ok else None},
-            "faults": windows,
-            "failures": [asdict(r) for r in res if r.status != 200][:2000],
-            "processes": process_summary(self.samples),
-            "sizes": size_summary(self.samples),
-            "samples": self.samples,
-            **({"tracemalloc": self.probe.rows} if self.probe is not None else {}),
-        }
-
 
 def shared_prompt(i: int, chars: int) -> str:
     """Shared system prompt i, `chars` long."""
@@ -367,23 +326,6 @@ def engine_capacity(cfg: SoakConfig) -> float:
     step = t.step_overhead_s + cfg.max_num_seqs * (t.decode_per_seq_s + ctx * t.kv_read_per_token_s)
     per_request = cfg.max_tokens * step + prompt_tokens * t.prefill_per_token_s
     return cfg.pods * cfg.max_num_seqs / per_request
-
-
-def _kind(r: Result) -> str:
-    return str(r.status) if r.status else (r.error or "no answer")
-
-
-def _count(items: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for i in items:
-        out[i] = out.get(i, 0) + 1
-    return out
-
-
-def _pct(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    return round(sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))], 4)
 
 
 def run_soak(cfg: SoakConfig, out: Path | None) -> dict[str, Any]:
