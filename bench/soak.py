@@ -26,7 +26,8 @@ With `--tracemalloc`, also the allocation sites that grew in the default profile
     .venv/bin/python -m bench.soak --minutes 30 [--port 25000] [--out bench/results/soak]
 
 Writes <out>.json, <out>.png (RSS and structure sizes over time, faults marked), and the two small
-figures docs/RELIABILITY.md shows, <out>_rss.png and <out>_errors.png. A benchmark,
+figures docs/RELIABILITY.md shows, <out>_rss.png and <out>_errors.png, with the profile actors' RSS
+over their index sizes, <out>_profile_actors.png. A benchmark,
 not a test (tests/bench/test_soak.py runs it tiny so it cannot rot). The faults:
 bench/soak_faults.py; the sampling and its summaries: bench/soak_sampling.py; the report:
 bench/soak_report.py; the figures:
@@ -53,7 +54,7 @@ import aiohttp
 from bench.e2e import _free_port
 from bench.gateway_overhead import ROOT, _wait_http
 from bench.soak_faults import FAULTS, Fault, SoakFaults
-from bench.soak_plots import plot, plot_small
+from bench.soak_plots import plot, plot_profile_actors, plot_small
 from bench.soak_report import SoakReport
 from bench.soak_sampling import SoakSampling, print_summary
 from bench.soak_tracemalloc import TracemallocProbe
@@ -341,6 +342,7 @@ def run_soak(cfg: SoakConfig, out: Path | None) -> dict[str, Any]:
         out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
         plot(report, out.with_suffix(".png"))
         plot_small(report, out.with_name(out.name + "_rss.png"), out.with_name(out.name + "_errors.png"))
+        plot_profile_actors(report, out.with_name(out.name + "_profile_actors.png"))
     return report
 
 
@@ -376,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         print_summary(report)
         plot(report, a.out.with_suffix(".png"))
         plot_small(report, a.out.with_name(a.out.name + "_rss.png"), a.out.with_name(a.out.name + "_errors.png"))
+        plot_profile_actors(report, a.out.with_name(a.out.name + "_profile_actors.png"))
         return 0
     optional = {"kv-publisher": a.kv_events, "node": a.nodes > 0}
     faults = a.faults if a.faults is not None else [f for f in FAULTS if optional.get(f, True)]

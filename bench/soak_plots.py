@@ -123,3 +123,41 @@ def plot_small(report: dict[str, Any], rss_path: Path, errors_path: Path) -> Non
     fig.tight_layout()
     fig.savefig(errors_path, dpi=80)
     plt.close(fig)
+
+
+def plot_profile_actors(report: dict[str, Any], path: Path) -> None:
+    """The profile actors' RSS (every incarnation a line) over the entries of their growing
+    structures (each profile actor's prefix indexes, standbys included): whether an actor's memory
+    follows structures that are capped, or grows beside them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rss: dict[str, list[tuple[float, float]]] = {}
+    sizes: dict[str, list[tuple[float, float]]] = {}
+    for s in report["samples"]:
+        for key, mem in s["processes"].items():
+            if key.startswith("ray::ProfileActor"):
+                rss.setdefault(key, []).append((s["t"] / 60, mem["rss_mb"]))
+        for key, n in s["sizes"].items():
+            if key.endswith((".index", ".blocks")) and "/" in key:
+                sizes.setdefault(key, []).append((s["t"] / 60, n / 1000))
+    fig, (ax_rss, ax_size) = plt.subplots(2, 1, figsize=(8, 5.6), sharex=True)
+    for key, pts in sorted(rss.items()):
+        if len(pts) > 1:
+            ax_rss.plot(*zip(*pts, strict=True), linewidth=1, label=key)
+    for key, pts in sorted(sizes.items()):
+        ax_size.plot(*zip(*pts, strict=True), linewidth=1, label=key)
+    for f in report["faults"]:
+        for ax in (ax_rss, ax_size):
+            ax.axvline(f["t"] / 60, color="grey", linestyle=":", linewidth=0.5)
+    ax_rss.set_ylabel("RSS (MiB)")
+    ax_rss.set_title("profile actors: RSS, and the entries of their indexes (dotted: faults)", fontsize=9)
+    ax_rss.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax_size.set_ylabel("entries (thousands)")
+    ax_size.set_xlabel("minutes")
+    ax_size.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
