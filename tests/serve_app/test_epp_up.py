@@ -204,11 +204,27 @@ def test_ray_tools_and_a_driver_attach_to_epp_up(first_run):
     assert "epp-datastore" in driver.stdout
 
 
-def test_ctrl_c_stops_everything_and_up_comes_back_on_the_same_port(first_run):
-    """The first run's Ctrl-C leaves no Ray process behind and `epp env` finds no run; a second run
-    started at once (without the dashboard) serves on the same port although the first's
-    connections still sit in TIME_WAIT on it (which moved the gateway to the next port before), and
-    its Ctrl-C leaves nothing behind either."""
+def start_two_at_once(port: int, tmp_path: Path) -> tuple[list[subprocess.Popen], list[Path], list[Path]]:
+    """Two `epp up` on one port at the same moment (without the dashboard, each with a Serve proxy
+    port of its own); their processes and the files of their stdout and stderr."""
+    procs, outs, errs = [], [], []
+    for i in range(2):
+        outs.append(tmp_path / f"out{i}")
+        errs.append(tmp_path / f"err{i}")
+        with outs[i].open("w") as out, errs[i].open("w") as err:
+            cmd = [EPP, "up", "--port", str(port), "--proxy-port", str(port + 1 + i), "--sim-pods", "2", *NO_DASHBOARD]
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err, text=True, start_new_session=True))
+    return procs, outs, errs
+
+
+def test_ctrl_c_stops_everything_then_two_ups_at_once_on_the_same_port_do_not_share_it(first_run, tmp_path):
+    """The first run's Ctrl-C leaves no Ray process behind and `epp env` finds no run. Two runs
+    are then started at once on the same port, its connections still in TIME_WAIT there (which
+    moved the gateway to the next port before): both pass the free-port check (neither gateway
+    listens yet). The second gateway must not join the first one's SO_REUSEPORT group, where the
+    kernel would split clients between two deployments: it stops with one message naming the
+    owner; the winner serves on the same port, its replica alone holds it, and its Ctrl-C leaves
+    nothing behind either. (One pair of runs checks both: each `epp up` start costs ~20 s.)"""
     proc, url, descendants = first_run
     for _ in range(3):
         complete(url, http10=True)
@@ -218,14 +234,38 @@ def test_ctrl_c_stops_everything_and_up_comes_back_on_the_same_port(first_run):
     assert f"no `epp up` on port {PORT}" in gone.stderr
     assert server_time_wait(PORT) > 0
 
-    again, url = start_up(PORT, *NO_DASHBOARD)
+    procs, outs, errs = start_two_at_once(PORT, tmp_path)
     try:
-        assert url == f"http://127.0.0.1:{PORT}"
-        descendants = ray_processes_of(again)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            up = [i for i in range(2) if "Ray EPP is up" in outs[i].read_text()]
+            refused = [i for i in range(2) if procs[i].poll() is not None]
+            if len(up) == 1 and len(refused) == 1:
+                break
+            assert len(refused) < 2, [e.read_text()[-800:] for e in errs]
+            assert len(up) < 2, "both came up on one port"
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"not one up and one refused: {[e.read_text()[-800:] for e in errs]}")
+        winner, loser = up[0], refused[0]
+        assert winner != loser
+        said = errs[loser].read_text()
+        assert procs[loser].returncode == 2, said
+        assert f"epp up: the gateway did not start: [Errno 98] port {PORT} on 127.0.0.1 is in use by pid" in said
+        assert "its gateway port group was claimed by ray cluster" in said and "Traceback" not in said
+        up_line = next(line for line in outs[winner].read_text().splitlines() if line.startswith("Ray EPP is up: "))
+        assert up_line.split()[4] == url == f"http://127.0.0.1:{PORT}"
+        run = {p.pid for p in psutil.Process(procs[winner].pid).children(recursive=True)}
+        holders = [
+            c.pid for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port == PORT
+        ]
+        assert holders and set(holders) <= run, holders
         complete(url)
-        assert_ctrl_c_stops_everything(again, descendants)
+        descendants = ray_processes_of(procs[winner])
+        assert_ctrl_c_stops_everything(procs[winner], descendants)
     finally:
-        stop_up(again)
+        for p in procs:
+            stop_up(p)
 
 
 def test_env_without_a_running_up_says_so():
@@ -244,50 +284,6 @@ def test_up_on_a_held_port_names_the_process_that_holds_it():
     assert proc.stderr.startswith("epp up: ")
     assert f"port {port} on 127.0.0.1 is in use by pid {os.getpid()}" in proc.stderr
     assert "Traceback" not in proc.stderr
-
-
-def test_two_ups_started_at_once_on_one_port_do_not_share_it(tmp_path):
-    """Two `epp up` on one port at the same moment both pass the free-port check (neither gateway
-    listens yet). The second gateway must not join the first one's SO_REUSEPORT group, where the
-    kernel would split clients between two deployments: it stops with one message naming the
-    owner, and the port is served by the winner's replica alone."""
-    port = GATEWAY_TEST_PORT + 256
-    procs, outs, errs = [], [], []
-    for i in range(2):
-        outs.append(tmp_path / f"out{i}")
-        errs.append(tmp_path / f"err{i}")
-        with outs[i].open("w") as out, errs[i].open("w") as err:
-            cmd = [EPP, "up", "--port", str(port), "--proxy-port", str(port + 1 + i), "--sim-pods", "2", *NO_DASHBOARD]
-            procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err, text=True, start_new_session=True))
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            up = [i for i in range(2) if "Ray EPP is up" in outs[i].read_text()]
-            gone = [i for i in range(2) if procs[i].poll() is not None]
-            if len(up) == 1 and len(gone) == 1:
-                break
-            assert len(gone) < 2, [e.read_text()[-800:] for e in errs]
-            assert len(up) < 2, "both came up on one port"
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"not one up and one refused: {[e.read_text()[-800:] for e in errs]}")
-        winner, loser = up[0], gone[0]
-        assert winner != loser
-        said = errs[loser].read_text()
-        assert procs[loser].returncode == 2, said
-        assert f"epp up: the gateway did not start: [Errno 98] port {port} on 127.0.0.1 is in use by pid" in said
-        assert "its gateway port group was claimed by ray cluster" in said and "Traceback" not in said
-        run = {p.pid for p in psutil.Process(procs[winner].pid).children(recursive=True)}
-        holders = [
-            c.pid for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port == port
-        ]
-        assert holders and set(holders) <= run, holders
-        complete(f"http://127.0.0.1:{port}")
-        descendants = ray_processes_of(procs[winner])
-        assert_ctrl_c_stops_everything(procs[winner], descendants)
-    finally:
-        for proc in procs:
-            stop_up(proc)
 
 
 def test_ctrl_c_while_starting_stops_with_one_message():
