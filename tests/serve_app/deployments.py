@@ -161,8 +161,9 @@ PD_DEBUG = _pd_debug()
 
 
 # The default config behind two gateway replicas on one port, both doors, every decision recorded:
-# test_decision_record.py, then extproc/test_extproc_failover.py (it kills a replica). Each pod
-# takes 16 requests at once (the failover's load).
+# test_decision_record.py, then test_gateway_failover.py's kill (it waits for the replacement), then
+# extproc/test_extproc_failover.py (it kills a replica), then the gateway failover's graceful stop.
+# Each pod takes 16 requests at once (the failovers' load).
 TWO_REPLICAS = E2ESetup(
     pods=2,
     seed=23,

@@ -28,7 +28,8 @@ KEPT = TWO_REPLICAS.spec["settings"]["decision_record_size"]
 SENT = 14
 
 
-# extproc/test_extproc_failover.py runs against the same setup, after this module: it kills a replica.
+# test_gateway_failover.py and extproc/test_extproc_failover.py run against the same setup, after
+# this module: they kill a replica (and the former stops the gateway, last).
 E2E_SETUP = TWO_REPLICAS
 
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import GATEWAY_TEST_PORT
-from tests.serve_app.deployments import replicas
+from tests.serve_app.deployments import TWO_REPLICAS, replicas
 
 pytestmark = pytest.mark.ray
 
@@ -22,20 +22,10 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 WORKERS = 4
 
 
-# Its own deployment: the module kills a replica and then stops the gateway.
-@pytest.fixture(scope="module")
-def gateway(ray_session):
-    from actors.launcher import PodSpec
-    from ray_epp.simulator import start_sim_pods_in_thread
-    from serve_app.cli.launch import EppDeployment, LaunchSpec
-
-    with start_sim_pods_in_thread(2, time_scale=1.0, seed=3) as sim:
-        pods = [PodSpec(name=p.name, address="127.0.0.1", port=p.port, labels=p.labels) for p in sim.pods]
-        dep = EppDeployment.start(LaunchSpec(pods=pods, port=GATEWAY_TEST_PORT, replicas=2))
-        try:
-            yield dep
-        finally:
-            dep.stop()
+# The setup of test_decision_record.py and extproc/test_extproc_failover.py (tests/conftest.py
+# orders them): the kill waits for Serve's replacement, so it runs among the tests that leave the
+# setup whole; the stop runs after every other test of the setup, the ext_proc failover's included.
+E2E_SETUP = TWO_REPLICAS
 
 
 class Load:
@@ -118,10 +108,11 @@ def test_killing_a_replica_under_load_keeps_the_address_up(gateway):
     assert len(now) == 2 and victim not in now, now
 
 
+@pytest.mark.spends_e2e_setup(2)
 def test_stopping_the_gateway_lets_a_stream_in_flight_finish(gateway, ray_session):
     """A graceful stop (Ctrl-C, a downscale, `serve.delete`) leaves the port first and lets what
-    is in flight finish: a stream begun before the stop ends whole, with [DONE]. Runs last here:
-    it stops the module's deployment."""
+    is in flight finish: a stream begun before the stop ends whole, with [DONE]. Runs last of its
+    setup: it stops the shared deployment."""
     import json
 
     body = {"model": MODEL, "prompt": "tell me a long story", "max_tokens": 400, "stream": True}

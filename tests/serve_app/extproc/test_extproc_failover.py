@@ -30,7 +30,7 @@ from bench.real_envoy import BOOTSTRAP
 from tests.serve_app.deployments import TWO_REPLICAS, replicas, wait_until
 from tests.serve_app.extproc.envoy import Stream, decide, respond
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.spends_e2e_setup(1)]
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 EXT_PROC_PORT = TWO_REPLICAS.spec["ext_proc_port"]
@@ -55,10 +55,10 @@ RETRIES = int(POLICY["num_retries"])
 BACKOFF_S = float(POLICY["retry_back_off"]["base_interval"].removesuffix("s"))
 
 
-# The setup of test_decision_record.py, which runs before this module (tests/conftest.py: it
-# kills a replica).
+# The setup of test_decision_record.py and test_gateway_failover.py (tests/conftest.py orders
+# them): it kills a replica, so it runs after the tests that need the setup whole, and before the
+# gateway failover's stop, which needs one replica alive.
 E2E_SETUP = TWO_REPLICAS
-E2E_SETUP_SPENT = True
 
 
 def new_stub(address: str):
