@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -155,7 +156,7 @@ async def main(port, owner, at):
         print("refused", err, flush=True)
         return
     print("serving", flush=True)
-    await asyncio.sleep(3)  # until every racer has tried
+    await asyncio.to_thread(sys.stdin.read)  # until every racer has tried: the test closes our stdin
     await server.stop()
 asyncio.run(main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3])))
 """
@@ -169,12 +170,22 @@ def test_deployments_starting_at_the_same_moment_get_one_owner():
         subprocess.Popen(
             [sys.executable, "-c", RACER, str(port), f"deployment {i}", str(at)],
             cwd=ROOT,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for i in range(4)
     ]
-    said = [r.communicate(timeout=60)[0].strip() for r in racers]
+    pool = ThreadPoolExecutor(len(racers))
+    try:  # each racer says one line once it has tried
+        said = [line.strip() for line in pool.map(lambda r: r.stdout.readline(), racers, timeout=60)]
+        for r in racers:
+            r.stdin.close()  # every racer has tried: the one serving may stop
+            r.wait(60)
+    finally:
+        for r in racers:
+            r.kill()
+        pool.shutdown(wait=False)
     assert sorted(s.split()[0] for s in said) == ["refused", "refused", "refused", "serving"], said
     assert all("claimed by deployment" in s for s in said if s.startswith("refused")), said
 
