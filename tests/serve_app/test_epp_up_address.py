@@ -10,6 +10,7 @@ into it is a short driver in a subprocess. Joining by an explicit address needs 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -126,12 +127,12 @@ def head(tmp_path_factory):
         yield env, proc
     finally:
         stop.set()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-                proc.wait(20)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
+        # SIGKILL at once: `ray start --block`'s graceful stop on SIGTERM took over 20 s under load
+        # (the wait ran out, then SIGKILL), and nothing here is about it; the cluster's processes
+        # (its head, workers, the bystander, Serve) are all of this session and go with it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(20)
 
 
 def test_up_joins_a_cluster_and_leaves_it_running(head):
