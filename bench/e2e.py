@@ -167,6 +167,9 @@ class E2EDriver:
     # pod drawn at random, as a Kubernetes Service would send it, and the router never sees it.
     bypass: Callable[[SimRequest], bool] | None = None
     api: str = "chat"  # the API a chat request is sent over (bench/api_shapes.py)
+    # Each request's source address, its client as the router sees it (bench.flow_control_e2e's
+    # tenants); None: every request from one client.
+    source: Callable[[SimRequest], str | None] | None = None
 
     def run(self, policy: str, pods: list[PodConfig], workload: list[SimRequest], seed: int) -> RunResult:
         make = target(policy)
@@ -194,7 +197,8 @@ class E2EDriver:
     def _measure(self, bases: list[str], workers: list[str], workload: list[SimRequest], seed: int = 0) -> RunResult:
         wall0 = time.perf_counter()
         to = destinations(workload, bases, workers, self.bypass, seed)
-        replaying = replay(bases, workload, self.time_scale, self.timeout_s, self.warmup, to, self.api)
+        sources = None if self.source is None else [self.source(r) for r in workload]
+        replaying = replay(bases, workload, self.time_scale, self.timeout_s, self.warmup, to, self.api, sources)
         outcomes, warm_errors = asyncio.run(replaying)
         metrics = summarize(outcomes)
         metrics["time_scale"] = self.time_scale

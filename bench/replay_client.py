@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import math
 import time
@@ -52,14 +53,16 @@ async def replay(
     warmup: int,
     to: list[str] | None = None,
     api: str = "chat",
+    sources: list[str | None] | None = None,
 ) -> tuple[list[Outcome], list[str]]:
     """Sends request i to `to[i]` (default: the bases in turn) over `api` (bench/api_shapes.py),
-    after `warmup` short requests."""
-    # Idle connections are dropped before a server would close them (uvicorn, the gateway's
-    # server: 5 s): else a request sent on one as it closes fails at once, ServerDisconnected.
-    conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as s:
+    after `warmup` short requests; from the source address `sources[i]` when given, each address
+    a client of its own with its own connection pool (None: the system's choice, one client)."""
+    async with contextlib.AsyncExitStack() as stack:
+        pools: dict[str | None, aiohttp.ClientSession] = {}
+        for source in dict.fromkeys([None, *(sources or [])]):
+            pools[source] = await stack.enter_async_context(_client(source))
+        s = pools[None]
         warm_errors = []
         for i in range(warmup):
             body = {"model": workload[0].model if workload else "", "prompt": f"warm-up {i} " * 8, "max_tokens": 4}
@@ -75,11 +78,13 @@ async def replay(
         progress = {r.request_id: _Progress() for r in workload}  # how far each got, for the ones cut off
         previous = _previous_turns(workload, api)
         ids = {r.request_id: asyncio.get_running_loop().create_future() for r in workload}  # Responses ids
+        to = to or [bases[i % len(bases)] for i in range(len(workload))]
+        sources = sources or [None] * len(workload)
         tasks = [
             asyncio.create_task(
-                _one(s, base, req, t0, scale, progress[req.request_id], api, previous.get(req.request_id), ids)
+                _one(pools[src], base, req, t0, scale, progress[req.request_id], api, previous.get(req.request_id), ids)
             )
-            for base, req in zip(to or [bases[i % len(bases)] for i in range(len(workload))], workload, strict=True)
+            for base, req, src in zip(to, workload, sources, strict=True)
         ]
         last = max((r.arrival_time for r in workload), default=0.0) * scale
         done, pending = await asyncio.wait(tasks, timeout=last + 0.05 + timeout_s)
@@ -97,6 +102,22 @@ async def replay(
         else:
             outcomes.append(task.result())
     return outcomes, warm_errors
+
+
+def _client(source: str | None) -> aiohttp.ClientSession:
+    """A client with its own keep-alive pool, its connections from `source` (an address in
+    127.0.0.0/8; None: the system's choice)."""
+    # Idle connections are dropped before a server would close them (uvicorn, the gateway's
+    # server: 5 s): else a request sent on one as it closes fails at once, ServerDisconnected.
+    local = None if source is None else (_loopback(source), 0)
+    conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S, local_addr=local)
+    return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+
+
+def _loopback(address: str) -> str:
+    if ipaddress.ip_address(address) not in ipaddress.ip_network("127.0.0.0/8"):
+        raise ValueError(f"benchmark clients send only from 127.0.0.0/8, not {address}")
+    return address
 
 
 @dataclass(slots=True)
