@@ -41,6 +41,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "--start-timeout", type=float, default=120.0, help="e2e: seconds a target may take to start (default 120)"
     )
     e2e.add_argument(
+        "--kv-events",
+        action="store_true",
+        help="e2e: every pod publishes vLLM KV events, whichever target runs (on anyway for dynamo-kv)",
+    )
+    e2e.add_argument(
         "--api",
         choices=("chat", "responses", "messages", "mixed"),
         default="chat",
@@ -116,7 +121,7 @@ def _e2e_setup(scenario: Any, policies: list[str] | None, args: argparse.Namespa
     simulation on the same pods: the same model time as the simulated servers) and the targets that
     are installed."""
     from bench.drivers import ClusterSimDriver
-    from bench.e2e import DEFAULT_TARGETS, E2EDriver, target
+    from bench.e2e import DEFAULT_TARGETS, INSTALL, E2EDriver, target
 
     pods = scenario.pods()[: args.pods]
     scenario = dataclasses.replace(scenario, pods=lambda: list(pods))
@@ -124,11 +129,11 @@ def _e2e_setup(scenario: Any, policies: list[str] | None, args: argparse.Namespa
     for p in policies or DEFAULT_TARGETS:
         make = target(p)
         if make is not None and make(["http://127.0.0.1:1"], Path("pods.json"), 1) is None:
-            print(f"{p}: not installed, skipped (pip install -e .[peers])", file=sys.stderr)
+            print(f"{p}: not installed, skipped ({INSTALL.get(p, 'pip install -e .[peers]')})", file=sys.stderr)
             continue
         run.append(p)
     driver = E2EDriver(time_scale=args.time_scale, max_requests=args.max_requests, api=args.api,
-                       start_timeout_s=args.start_timeout)  # fmt: skip
+                       start_timeout_s=args.start_timeout, kv_events=args.kv_events)  # fmt: skip
     return scenario, driver, ClusterSimDriver(args.scrape_interval), run
 
 
@@ -145,6 +150,8 @@ def _command(name: str, args: argparse.Namespace) -> str:
     if args.driver == "e2e":
         parts += ["--driver e2e --pods", str(args.pods), "--max-requests", str(args.max_requests)]
         parts += ["--time-scale", str(args.time_scale)]
+        if args.kv_events:
+            parts.append("--kv-events")
         if args.api != "chat":
             parts += ["--api", args.api]
         if args.start_timeout != 120.0:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import random
 import re
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,6 +79,30 @@ def _vllm_router(workers: list[str], pods_json: Path, port: int) -> tuple[list[s
     return cmd, f"http://127.0.0.1:{port}/health", f"http://127.0.0.1:{port}"
 
 
+def _smg(policy: str) -> TargetFn:
+    """SMG (the SGLang Model Gateway, sglang-router's successor) as `smg launch` runs it, every
+    routing setting its default; its metrics on a free port of 127.0.0.1 (the default, 0.0.0.0:29000,
+    would collide with any other SMG on the machine)."""
+
+    def make(workers: list[str], pods_json: Path, port: int) -> tuple[list[str], str, str] | None:
+        sm = _bin("smg")
+        if sm is None:
+            return None
+        cmd = [sm, "launch", "--worker-urls", *workers, "--policy", policy, "--host", "127.0.0.1", "--port", str(port)]
+        cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port())]
+        return cmd, f"http://127.0.0.1:{port}/health", f"http://127.0.0.1:{port}"
+
+    return make
+
+
+def _dynamo_kv(workers: list[str], pods_json: Path, port: int) -> tuple[list[str], str, str] | None:
+    """Dynamo's selection core behind bench/dynamo_forwarder.py, fed the pods' KV events."""
+    if importlib.util.find_spec("dynamo") is None:
+        return None
+    cmd = [sys.executable, "-m", "bench.dynamo_forwarder", "--port", str(port), "--pods", str(pods_json)]
+    return cmd, f"http://127.0.0.1:{port}/health", f"http://127.0.0.1:{port}"
+
+
 def _serve_forwarder(workers: list[str], pods_json: Path, port: int) -> tuple[list[str], str, str]:
     cmd = [sys.executable, "-m", "bench.serve_forwarder", "--port", str(port), "--workers", *workers]
     return cmd, f"http://127.0.0.1:{port}/health", f"http://127.0.0.1:{port}"
@@ -86,10 +112,14 @@ TARGETS: dict[str, TargetFn | None] = {
     "epp-default": _gateway("ray_epp/configs/default.yaml"),
     "sglang-cache-aware": _sglang("cache_aware"),
     "sglang-round-robin": _sglang("round_robin"),
+    "smg-cache-aware": _smg("cache_aware"),
+    "dynamo-kv": _dynamo_kv,
     "vllm-router-cache-aware": _vllm_router,
     "serve-forwarder": _serve_forwarder,
     "direct": None,  # no router: the client sends to the pods in turn (round-robin)
 }
+NEEDS_KV_EVENTS = frozenset({"dynamo-kv"})  # targets that read the pods' KV events (pods.json's kvEvents)
+INSTALL = {"dynamo-kv": "pip install --no-deps ai-dynamo-runtime==1.6.1"}  # else: pip install -e .[peers]
 DEFAULT_TARGETS = (
     "epp-default",
     "sglang-cache-aware",
@@ -154,6 +184,28 @@ def _wait_ready(proc: subprocess.Popen, url: str, timeout_s: float) -> None:
     raise RuntimeError(f"{url} not ready after {timeout_s:g} s")
 
 
+def _wait_answering(proc: subprocess.Popen, base: str, model: str, timeout_s: float) -> None:
+    """Until a one-token completion through the target answers 200: a router can be healthy before
+    it knows its workers (SMG answers 404 until its worker discovery has run)."""
+    body = json.dumps({"model": model, "prompt": "are you there?", "max_tokens": 1}).encode()
+    deadline = time.monotonic() + timeout_s
+    status: object = "no answer"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode} before it answered a completion")
+        req = urllib.request.Request(f"{base}/v1/completions", body, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                if r.status == 200:
+                    return
+        except urllib.error.HTTPError as err:
+            status = err.code
+        except OSError as err:
+            status = repr(err)
+        time.sleep(0.3)
+    raise RuntimeError(f"{base} answered no completion in {timeout_s:g} s (last: {status})")
+
+
 @dataclass
 class E2EDriver:
     name = "e2e"
@@ -170,10 +222,15 @@ class E2EDriver:
     # Each request's source address, its client as the router sees it (bench.flow_control_e2e's
     # tenants); None: every request from one client.
     source: Callable[[SimRequest], str | None] | None = None
+    # Every pod publishes vLLM KV events (as with --kv-events-config), whichever target runs, so
+    # the pods cost the same CPU for every target; on anyway for a target in NEEDS_KV_EVENTS.
+    kv_events: bool = False
 
     def run(self, policy: str, pods: list[PodConfig], workload: list[SimRequest], seed: int) -> RunResult:
         make = target(policy)
         workload = sorted(workload, key=lambda r: r.arrival_time)[: self.max_requests]
+        if self.kv_events or policy in NEEDS_KV_EVENTS:
+            pods = [p.model_copy(update={"kv_events": True}) for p in pods]
         with tempfile.TemporaryDirectory(prefix="epp-e2e-") as td:
             tmp = Path(td)
             with sim_pods(pods, self.time_scale, seed, tmp) as listed:
@@ -182,12 +239,14 @@ class E2EDriver:
                     return self._measure(workers, workers, workload)
                 spec = make(workers, tmp / "pods.json", self.port or _free_port())
                 if spec is None:
-                    raise TargetUnavailable(f"{policy}: its binary is not installed (pip install -e .[peers])")
+                    how = INSTALL.get(policy, "pip install -e .[peers]")
+                    raise TargetUnavailable(f"{policy}: it is not installed ({how})")
                 cmd, ready, base = spec
                 log = tmp / (re.sub(r"[^\w.-]+", "_", policy) + ".log")  # epp:<path> has slashes
                 with _process(cmd, None, log) as proc:
                     try:
                         _wait_ready(proc, ready, self.start_timeout_s)
+                        _wait_answering(proc, base, workload[0].model if workload else "", self.start_timeout_s)
                     except RuntimeError as err:  # reported as a run where every request failed
                         outcomes = [failure(r) for r in workload]
                         tail = log.read_text()[-4000:]  # a config error lists every known plugin type

@@ -19,44 +19,26 @@ NATS), with its defaults, against the cluster simulation's pods.
   depends on wall-clock timing.
 
 Not modelled: Dynamo's router-side queue (`router_queue_threshold`, off by default in 1.6) and
-the output blocks a decode adds (`router_track_output_blocks`, off by default). Needs
-`pip install --no-deps ai-dynamo-runtime==1.6.1` (its pydantic pin is older than this project's;
-the selection core does not use pydantic); without it the policy raises a clear error."""
+the output blocks a decode adds (`router_track_output_blocks`, off by default). The service and
+its records are bench/dynamo_core.py's (shared with the end-to-end forwarder); without
+ai-dynamo-runtime the policy raises `DynamoUnavailable`."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import time
 from typing import Any
 
+from bench.dynamo_core import BLOCK_SIZE, MODEL, U32, selection_request, selection_service, u32, worker_record
 from ray_epp.kvevents.events import BlockRemoved, BlockStored, KVEventBatch
 from ray_epp.kvevents.zmq_publisher import ZmqEventPublisher
 from ray_epp.simulator import PodView, RequestResult, SimRequest
 from ray_epp.simulator.tokens import token_ids
 
-MODEL = "sim"
-BLOCK_SIZE = 16  # the simulated pods' (vLLM's default)
 MARKER_BASE = 0x7FFF_0000  # token ids no simulated prompt uses (ASCII chunks are < 0x7F7F7F7F)
 MARKER_HASH = 1 << 62  # the markers' engine hashes (the pods' are their own)
 BARRIER_TIMEOUT_S = 10.0
-U32 = 0xFFFF_FFFF
-
-
-class DynamoUnavailable(RuntimeError):
-    pass
-
-
-def _selection_service() -> Any:
-    os.environ.setdefault("DYN_LOG", "warn")  # its per-decision INFO lines cost more than the decision
-    try:
-        from dynamo._core import SelectionService
-    except ImportError as err:  # pragma: no cover - depends on the optional install
-        raise DynamoUnavailable(
-            "the dynamo-kv policy runs Dynamo's own selection core: pip install --no-deps ai-dynamo-runtime==1.6.1"
-        ) from err
-    return SelectionService(indexer_threads=1)
 
 
 class DynamoKvRouter:
@@ -64,7 +46,7 @@ class DynamoKvRouter:
         self.seed = seed
         self.temperature = temperature
         self.loop = asyncio.new_event_loop()
-        self.service = _selection_service()
+        self.service = selection_service()
         self.publishers: dict[str, ZmqEventPublisher] = {}
         self.worker_ids: dict[str, int] = {}
         self.names: dict[int, str] = {}
@@ -79,11 +61,7 @@ class DynamoKvRouter:
             if pod.name not in self.worker_ids:
                 self._register(pod.name)
         self._barrier(self.dirty)
-        body: dict[str, Any] = {
-            "model_name": MODEL,
-            "token_ids": _u32(token_ids(request.prompt)),
-            "selection_id": request.request_id,
-        }
+        body = selection_request(request.request_id, token_ids(request.prompt))
         if self.temperature:
             body["router_config_override"] = {"router_temperature": self.temperature}
         chosen = self._run(self.service.select_and_reserve, body)
@@ -117,14 +95,8 @@ class DynamoKvRouter:
         worker_id = len(self.worker_ids) + 1
         pub = ZmqEventPublisher(endpoint="tcp://127.0.0.1:0", replay_endpoint="tcp://127.0.0.1:0")
         self.publishers[name], self.worker_ids[name], self.names[worker_id] = pub, worker_id, name
-        record = {
-            "worker_id": worker_id,
-            "model_name": MODEL,
-            "block_size": BLOCK_SIZE,
-            "endpoint": f"http://127.0.0.1:9/{name}",  # never called: the simulation serves the request
-            "kv_events_endpoint": pub.endpoint,
-            "replay_endpoint": pub.replay_endpoint,
-        }
+        # the endpoint is never called: the simulation serves the request
+        record = worker_record(worker_id, f"http://127.0.0.1:9/{name}", pub.endpoint, pub.replay_endpoint)
         self._run(self.service.upsert_worker, record)
         self._barrier({name}, republish=True)  # the subscription is live (ZMQ drops what precedes it)
 
@@ -167,14 +139,9 @@ class DynamoKvRouter:
         return self.loop.run_until_complete(call())
 
 
-def _u32(ids: list[int]) -> list[int]:
-    """Dynamo's token ids are u32; the simulator's id for a non-ASCII chunk is 2**32 + a CRC."""
-    return ids if all(t <= U32 for t in ids) else [t & U32 for t in ids]
-
-
 def _u32_batch(batch: KVEventBatch) -> KVEventBatch:
     events = [
-        BlockStored(e.block_hashes, e.parent_block_hash, _u32(e.token_ids), e.block_size, e.lora_id, e.medium)
+        BlockStored(e.block_hashes, e.parent_block_hash, u32(e.token_ids), e.block_size, e.lora_id, e.medium)
         if isinstance(e, BlockStored) and any(t > U32 for t in e.token_ids)
         else e
         for e in batch.events
