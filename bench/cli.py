@@ -121,15 +121,14 @@ def _e2e_setup(scenario: Any, policies: list[str] | None, args: argparse.Namespa
     simulation on the same pods: the same model time as the simulated servers) and the targets that
     are installed."""
     from bench.drivers import ClusterSimDriver
-    from bench.e2e import DEFAULT_TARGETS, INSTALL, E2EDriver, target
+    from bench.e2e import DEFAULT_TARGETS, E2EDriver, installed, unavailable
 
     pods = scenario.pods()[: args.pods]
     scenario = dataclasses.replace(scenario, pods=lambda: list(pods))
     run = []
     for p in policies or DEFAULT_TARGETS:
-        make = target(p)
-        if make is not None and make(["http://127.0.0.1:1"], Path("pods.json"), 1) is None:
-            print(f"{p}: not installed, skipped ({INSTALL.get(p, 'pip install -e .[peers]')})", file=sys.stderr)
+        if not installed(p):
+            print(f"{unavailable(p)}: skipped", file=sys.stderr)
             continue
         run.append(p)
     driver = E2EDriver(time_scale=args.time_scale, max_requests=args.max_requests, api=args.api,

@@ -130,7 +130,7 @@ DEFAULT_TARGETS = (
 
 
 class TargetUnavailable(RuntimeError):
-    """The target's binary is not installed."""
+    """The target's binary or package is not installed."""
 
 
 def target(name: str) -> TargetFn | None:
@@ -141,6 +141,16 @@ def target(name: str) -> TargetFn | None:
     if is_ours(name) and config_path(name).is_file():
         return _gateway(str(config_path(name)))
     raise ValueError(f"unknown e2e target {name!r}; known: {', '.join(TARGETS)}, or epp-<config> / epp:<path>")
+
+
+def installed(name: str) -> bool:
+    """Whether the target can start here (its binary or package is installed)."""
+    make = target(name)
+    return make is None or make(["http://127.0.0.1:1"], Path("pods.json"), 1) is not None
+
+
+def unavailable(name: str) -> TargetUnavailable:
+    return TargetUnavailable(f"{name}: it is not installed ({INSTALL.get(name, 'pip install -e .[peers]')})")
 
 
 @contextlib.contextmanager
@@ -228,6 +238,8 @@ class E2EDriver:
 
     def run(self, policy: str, pods: list[PodConfig], workload: list[SimRequest], seed: int) -> RunResult:
         make = target(policy)
+        if not installed(policy):
+            raise unavailable(policy)
         workload = sorted(workload, key=lambda r: r.arrival_time)[: self.max_requests]
         if self.kv_events or policy in NEEDS_KV_EVENTS:
             pods = [p.model_copy(update={"kv_events": True}) for p in pods]
@@ -239,8 +251,7 @@ class E2EDriver:
                     return self._measure(workers, workers, workload)
                 spec = make(workers, tmp / "pods.json", self.port or _free_port())
                 if spec is None:
-                    how = INSTALL.get(policy, "pip install -e .[peers]")
-                    raise TargetUnavailable(f"{policy}: it is not installed ({how})")
+                    raise unavailable(policy)
                 cmd, ready, base = spec
                 log = tmp / (re.sub(r"[^\w.-]+", "_", policy) + ".log")  # epp:<path> has slashes
                 with _process(cmd, None, log) as proc:
