@@ -7,7 +7,9 @@ port; `epp-flow-control`: the same with the
 `flowControl` gate on, so every request passes the gateway's queue; `-window-1` with one dispatched
 request at a time; `epp-decision-record`: every decision recorded for `epp explain`;
 `epp-tracing-1pct` / `-100pct`: OpenTelemetry traces of that share of the requests), SMG (the
-SGLang Model Gateway, `cache_aware`), sglang-router and vllm-router (optional extras,
+SGLang Model Gateway, `cache_aware`), `dynamo-forwarder` (Dynamo's selection core behind
+bench/dynamo_forwarder.py, the end-to-end `dynamo-kv` target; ai-dynamo-runtime installed),
+sglang-router and vllm-router (optional extras,
 `pip install -e .[peers]`; skipped with a note when absent).
 
 Per target: sequential p50/p99 (and added over direct), closed-loop req/s at concurrency 32,
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -191,6 +194,18 @@ def targets(workers: list[str], tmp: Path, offset: int = 0) -> dict[str, tuple[l
             [sm, "launch", "--worker-urls", *workers, "--policy", "cache_aware", "--host", "127.0.0.1", "--port", smg],
             f"http://127.0.0.1:{smg}/health",
             f"http://127.0.0.1:{smg}",
+        )
+    if importlib.util.find_spec("dynamo") is not None:  # Dynamo's selection core behind bench/dynamo_forwarder.py
+        kv_pods = tmp / "pods-kv-events.json"  # nothing publishes there: Dynamo decides on an empty index
+        listed = json.loads(pods.read_text())
+        for i, pod in enumerate(listed):
+            pod["kvEvents"] = {"endpoint": f"tcp://127.0.0.1:{9110 + i + offset}"}
+        kv_pods.write_text(json.dumps(listed))
+        dyn = str(9060 + offset)
+        out["dynamo-forwarder"] = (
+            [py, "-m", "bench.dynamo_forwarder", "--port", dyn, "--pods", str(kv_pods)],
+            f"http://127.0.0.1:{dyn}/health",
+            f"http://127.0.0.1:{dyn}",
         )
     if vr := _bin("vllm-router"):
         out["vllm-router"] = (
