@@ -6,6 +6,8 @@ and standard error over the seeds.
     python -m bench.routing_peers [--scenarios shared-prefix,cache-pressure,agentic,uniform]
         [--policies epp-default,epp-default-unsticky,epp-llmd-sticky-until-saturated,sglang-cache-aware,dynamo-kv]
         [--seeds 0,1,2] [--rate 0.9] [--duration S] [--reference epp-default] [--json PATH]
+    python -m bench.routing_peers --sweeps bench/results/e2e/peers/seed0/*.json   # `epp bench` results
+                                  # (end to end, say), one table per scenario and rung, seeds merged
 
 The rate is a fraction of each scenario's capacity for that seed: the capacity its calibration
 (`bench.runner.calibrate`, round-robin) measured, taken from `CALIBRATED` when the seed is there
@@ -57,14 +59,7 @@ def run_cell(
     out: dict[str, dict[str, float]] = {}
     for policy in policies:
         m = driver.run(policy, pods, workload, seed).metrics
-        out[policy] = {
-            "ttft_p50_ms": m["ttft_ms"]["p50"],
-            "ttft_p90_ms": m["ttft_ms"]["p90"],
-            "ttft_p99_ms": m["ttft_ms"]["p99"],
-            "output_tok_s": m["output_throughput"],
-            "prefix_hit": m["prefix_hit_rate"],
-            "rate": rate,
-        }
+        out[policy] = {**figures_of(m), "rate": rate}
     return out
 
 
@@ -108,6 +103,25 @@ def table(scenario: str, cells: dict[int, dict[str, dict[str, float]]], referenc
     return "\n".join(lines)
 
 
+def figures_of(m: dict[str, Any]) -> dict[str, float]:
+    t = m["ttft_ms"]
+    return {"ttft_p50_ms": t["p50"], "ttft_p90_ms": t["p90"], "ttft_p99_ms": t["p99"],
+            "output_tok_s": m["output_throughput"], "prefix_hit": m["prefix_hit_rate"]}  # fmt: skip
+
+
+def from_sweeps(paths: list[str]) -> dict[str, Any]:
+    """`epp bench` results (any driver; one seed each) in this module's JSON shape:
+    "<scenario>@<fraction>" -> policy -> seed -> figures."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        sweep = json.loads(Path(path).read_text())
+        for run in sweep["runs"]:
+            key = f"{sweep['scenario']}@{run['fraction']:.2f}"
+            figures = {**figures_of(run["metrics"]), "rate": run["rate"]}
+            out.setdefault(key, {}).setdefault(run["policy"], {})[str(sweep["seed"])] = figures
+    return out
+
+
 def tables_from(results: dict[str, Any], reference: str) -> str:
     """The tables of a JSON this module wrote (cells: the seeds every policy has)."""
     out = []
@@ -132,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, help="seconds of arrivals per run (default: the scenario's)")
     ap.add_argument("--json", help="write every figure here (merged with what the file holds)")
     ap.add_argument("--tables", nargs="+", metavar="JSON", help="print the tables of these results and exit")
+    ap.add_argument("--sweeps", nargs="+", metavar="JSON", help="print the tables of `epp bench` results and exit")
     args = ap.parse_args(argv)
+    if args.sweeps:
+        print(tables_from(from_sweeps(args.sweeps), args.reference))
+        return 0
     if args.tables:
         merged: dict[str, Any] = {}
         for name in args.tables:

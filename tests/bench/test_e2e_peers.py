@@ -2,6 +2,7 @@
 and Dynamo's selection core behind bench/dynamo_forwarder.py, each in front of two simulated pods
 in their own process; llm-d's config is our gateway with bench/configs/llmd-sticky-until-saturated.yaml."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from bench.dynamo_forwarder import prompt_of, workers_of
 from bench.e2e import NEEDS_KV_EVENTS, TARGETS, E2EDriver, TargetUnavailable, installed, target, unavailable
 from bench.metrics import OK
+from bench.routing_peers import from_sweeps, tables_from
 from ray_epp.simulator import make_pod_configs
 
 from .helpers import SYSTEM, req
@@ -70,3 +72,19 @@ def test_a_missing_peer_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(TARGETS, "dynamo-kv", lambda workers, pods_json, port: None)
     with pytest.raises(TargetUnavailable, match=r"ai-dynamo-runtime==1\.6\.1"):
         E2EDriver(max_requests=1).run("dynamo-kv", make_pod_configs(1), [req("r0", "hello")], 0)
+
+
+def test_the_peer_table_reads_epp_bench_results(tmp_path: Path) -> None:
+    def run(policy: str, p90: float) -> dict:
+        ttft = {"p50": p90 / 2, "p90": p90, "p99": p90 * 2}
+        metrics = {"ttft_ms": ttft, "output_throughput": 100.0, "prefix_hit_rate": 0.5}
+        return {"policy": policy, "fraction": 0.9, "rate": 45.0, "metrics": metrics}
+
+    for seed, ours in ((0, 90.0), (1, 110.0)):
+        runs = [run("epp-default", ours), run("smg-cache-aware", 100.0), run("dynamo-kv", 200.0)]
+        (tmp_path / f"s{seed}.json").write_text(json.dumps({"scenario": "agentic", "seed": seed, "runs": runs}))
+    merged = from_sweeps([str(tmp_path / "s0.json"), str(tmp_path / "s1.json")])
+    assert set(merged["agentic@0.90"]["smg-cache-aware"]) == {"0", "1"}
+    text = tables_from(merged, "epp-default")
+    assert "### agentic@0.90 (2 seeds)" in text
+    assert "| epp-default | 50.0 | 100.0 | 200.0 | 100 | 0.500 | 1.000 ± 0.000 | 1.000 ± 0.100 |" in text
