@@ -113,5 +113,7 @@ def session(
         result = rng.randint(*results)
         used += n_out + result + 2 * TEMPLATE_TOKENS
         messages.append({"role": "assistant", "content": random_text(rng, n_out)})
-        messages.append({"role": "tool", "content": random_text(rng, result)})
+        # a tool message names the call it answers: OpenAI's schema requires it (SMG refuses the request without)
+        call = f"call-{session_id}-{k}"
+        messages.append({"role": "tool", "tool_call_id": call, "content": random_text(rng, result)})
     return turns
