@@ -124,5 +124,7 @@ def test_a_gone_primary_fails_over_to_its_warm_standby_which_stays_the_decider(a
     assert out["failovers"] == 1 and out["standby"]["calls"] == 1  # request 6: decided by the standby
     assert out["failover_s"] < 5.0, out["failover_s"]  # within the request's budget (10 s)
     assert out["back"]["pid"] != out["old_pid"] and out["back"]["calls"] == 0  # request 7: the standby's
-    assert out["back"]["events"]["pre_request"] == 1  # ... which the restarted primary learned
+    # ... which the restarted primary learned; request 6's too when it was back (a quiet machine
+    # restarts it in milliseconds) before the standby's events for request 6 were sent on
+    assert out["back"]["events"]["pre_request"] in (1, 2), out["back"]["events"]
     assert link.failovers == 2 and out["again"]["calls"] == 1  # request 8: the primary, once the standby went
